@@ -1,0 +1,139 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+)
+
+// SubtaskInfo identifies one parallel instance of a source, step or sink.
+type SubtaskInfo struct {
+	// ID is the source, step or sink id of the pipeline file.
+	ID             string
+	Subtask        int
+	Parallelism    int
+	MaxParallelism int
+	// PipelineName is the pipeline's `name`.
+	PipelineName string
+	Logger       *slog.Logger
+	Metrics      *Metrics
+}
+
+// Emitter receives the output of an operator. Emit may change the records and
+// reorder the slice while it runs; the caller must not use the slice's contents
+// after Emit returns, and the callee must not keep the slice (it may keep the
+// records). Emit is called on the task goroutine.
+type Emitter interface {
+	Emit(batch []Record) error
+}
+
+// EmitterFunc adapts a function to Emitter.
+type EmitterFunc func([]Record) error
+
+// Emit calls f.
+func (f EmitterFunc) Emit(b []Record) error { return f(b) }
+
+// OperatorContext is what a step's operator gets at Open.
+type OperatorContext struct {
+	SubtaskInfo
+	// Errors applies the step's on_error policy to a failed record.
+	Errors *ErrorHandler
+	// Side returns the emitter of a side output stream declared by the step
+	// (see SideOutputs); records emitted there go to the steps and sinks that
+	// read "<step>.<name>" or the declared stream id.
+	Side func(name string) Emitter
+}
+
+// Operator is the runtime instance of a step on one subtask. All methods are
+// called on the task goroutine, so an operator needs no locks.
+type Operator interface {
+	// Open is called once before any input.
+	Open(ctx context.Context, oc *OperatorContext) error
+	// Process handles a batch of records and emits results to out. It may
+	// change the records in place and reuse the input slice for its output.
+	Process(in []Record, out Emitter) error
+	// Close is called once when the task ends, whether it succeeded or failed.
+	Close() error
+}
+
+// WatermarkHandler is implemented by operators that act on event time.
+// OnWatermark is called on the task goroutine when the task's input watermark
+// advances, before the watermark is forwarded downstream.
+type WatermarkHandler interface {
+	OnWatermark(wm int64, out Emitter) error
+}
+
+// Finisher is implemented by operators that hold records back. Finish is
+// called on the task goroutine once all inputs ended, after the final
+// watermark; it emits what is left before end-of-input goes downstream.
+type Finisher interface {
+	Finish(out Emitter) error
+}
+
+// SourceContext is what a source gets at Open.
+type SourceContext struct {
+	SubtaskInfo
+	// Restored is the source's position from a checkpoint, or nil to start fresh.
+	Restored []byte
+}
+
+// ReadBatch is filled by Source.Read.
+type ReadBatch struct {
+	// Records read, appended by Read.
+	Records []Record
+	// Position is the encoded position after the last record of Records,
+	// what Open's Restored gets back after a restore. Nil for sources that
+	// cannot replay (stdin, socket).
+	Position []byte
+	// Split is the index of the split (file, partition) the records came
+	// from; watermarks are generated per split.
+	Split int
+}
+
+// Source is the runtime instance of a source on one subtask. Open and Close
+// are called on the source task goroutine; Read is called on a dedicated
+// reader goroutine, one call at a time, so a Read that blocks never stalls
+// checkpoints or shutdown.
+type Source interface {
+	Open(ctx context.Context, sc *SourceContext) error
+	// Read blocks until it appended at least one record to b, the input ended
+	// (io.EOF, with or without records), or ctx is done (ctx.Err()). It must
+	// return promptly once ctx is done.
+	Read(ctx context.Context, b *ReadBatch) error
+	Close(ctx context.Context) error
+}
+
+// SinkContext is what a sink gets at Open.
+type SinkContext struct {
+	SubtaskInfo
+}
+
+// Sink is the runtime instance of a sink on one subtask. All methods are
+// called on the task goroutine.
+type Sink interface {
+	Open(ctx context.Context, sc *SinkContext) error
+	// Write takes a batch of records; it may buffer them until Flush.
+	Write(ctx context.Context, batch []Record) error
+	// Flush makes everything written so far durable or visible as far as the
+	// sink can; it runs at checkpoint barriers and at the end of input.
+	Flush(ctx context.Context) error
+	Close(ctx context.Context) error
+}
+
+// Guarantee is the delivery guarantee a component supports end to end.
+type Guarantee int
+
+const (
+	AtMostOnce Guarantee = iota
+	AtLeastOnce
+	ExactlyOnce
+)
+
+func (g Guarantee) String() string {
+	switch g {
+	case AtLeastOnce:
+		return "at-least-once"
+	case ExactlyOnce:
+		return "exactly-once"
+	}
+	return "at-most-once"
+}

@@ -1,0 +1,15 @@
+package pipeline
+
+import "errors"
+
+// Sentinel errors of package pipeline; test with errors.Is.
+var (
+	// ErrInvalid marks an invalid pipeline file; the CLI exits 2.
+	ErrInvalid = errors.New("invalid pipeline")
+	// ErrBadKey is returned for a key value that cannot be encoded.
+	ErrBadKey = errors.New("bad key")
+	// ErrStopped is returned by a run that was stopped on request.
+	ErrStopped = errors.New("pipeline stopped")
+	// ErrRecordFailed wraps a record error under on_error: fail.
+	ErrRecordFailed = errors.New("record failed")
+)

@@ -1,0 +1,247 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// JobOptions configure a run of a plan.
+type JobOptions struct {
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// AtLeastOnce disables barrier alignment (checkpoint mode at_least_once).
+	AtLeastOnce bool
+	// OnAck receives every task's acknowledgement of a checkpoint barrier.
+	// It is the checkpoint coordinator's seam; it is called from task
+	// goroutines and must not block.
+	OnAck func(Ack)
+}
+
+// Ack is a task's acknowledgement of checkpoint barrier Checkpoint: the task
+// saw the barrier on all inputs (or emitted it, for a source), captured its
+// state and forwarded the barrier.
+type Ack struct {
+	Checkpoint int64
+	Chain      int
+	Subtask    int
+	// Positions holds each source's position at the barrier, by source id.
+	Positions map[string][]byte
+}
+
+// Job is a running plan: one goroutine per task (chain subtask).
+type Job struct {
+	plan   *Plan
+	opts   JobOptions
+	tasks  []*task
+	stop   chan struct{}
+	cancel chan struct{}
+
+	stopOnce, cancelOnce sync.Once
+	errOnce              sync.Once
+	err                  error
+	wg                   sync.WaitGroup
+	done                 chan struct{}
+}
+
+// Start builds every task of plan and starts them.
+func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}), done: make(chan struct{})}
+	if err := j.build(); err != nil {
+		return nil, err
+	}
+	// Tasks run under their own context, cancelled on failure or Cancel;
+	// the caller's ctx only asks for a graceful stop.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-j.cancel:
+		case <-j.done:
+		}
+		cancelRun()
+	}()
+	for _, t := range j.tasks {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			if err := t.run(runCtx); err != nil {
+				j.fail(fmt.Errorf("task %s: %w", t.name, err))
+			}
+		}()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			j.Stop()
+		case <-j.done:
+		}
+	}()
+	go func() {
+		j.wg.Wait()
+		close(j.done)
+	}()
+	return j, nil
+}
+
+// Run starts plan and waits for it; cancelling ctx stops it gracefully.
+func Run(ctx context.Context, plan *Plan, opts JobOptions) error {
+	j, err := Start(ctx, plan, opts)
+	if err != nil {
+		return err
+	}
+	return j.Wait()
+}
+
+// Stop asks the job to stop gracefully: sources stop reading, what they
+// read drains through the pipeline and sinks flush. Safe to call many times.
+func (j *Job) Stop() {
+	j.stopOnce.Do(func() { close(j.stop) })
+}
+
+// fail records the first error and cancels every task.
+func (j *Job) fail(err error) {
+	j.errOnce.Do(func() { j.err = err })
+	j.cancelOnce.Do(func() { close(j.cancel) })
+}
+
+// Cancel stops the job at once, without draining.
+func (j *Job) Cancel() {
+	j.fail(context.Canceled)
+}
+
+// Wait blocks until every task ended and returns the first failure.
+func (j *Job) Wait() error {
+	<-j.done
+	return j.err
+}
+
+// Done is closed when every task ended.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// TriggerCheckpoint makes every source emit barrier id (the coordinator's
+// trigger, DESIGN.md §2). Acks arrive at JobOptions.OnAck.
+func (j *Job) TriggerCheckpoint(ctx context.Context, b Barrier) error {
+	for _, t := range j.tasks {
+		if t.head.src == nil {
+			continue
+		}
+		select {
+		case t.mailbox <- mail{barrier: &b}:
+		case <-j.done:
+			return errors.New("trigger checkpoint: the job has ended")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// build creates the channels, stages and writers of every task.
+func (j *Job) build() error {
+	rt := j.plan.Spec.Runtime
+	// chans[edge][sender][receiver]
+	chans := map[*Edge][][]chan Batch{}
+	for _, n := range j.plan.Nodes {
+		for _, e := range n.Inputs {
+			if e.Chained {
+				continue
+			}
+			m := make([][]chan Batch, e.From.Parallelism)
+			for s := range m {
+				m[s] = make([]chan Batch, e.To.Parallelism)
+				for r := range m[s] {
+					if e.Partition != Forward || s == r {
+						m[s][r] = make(chan Batch, rt.ChannelCapacity)
+					}
+				}
+			}
+			chans[e] = m
+		}
+	}
+	for _, c := range j.plan.Chains {
+		for sub := range c.Parallelism {
+			t, err := j.newTask(c, sub, chans)
+			if err != nil {
+				j.closeBuilt()
+				return err
+			}
+			j.tasks = append(j.tasks, t)
+		}
+	}
+	return nil
+}
+
+func (j *Job) closeBuilt() {
+	for _, t := range j.tasks {
+		for _, s := range t.stages {
+			_ = s.close(context.Background())
+		}
+	}
+}
+
+func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task, error) {
+	spec := j.plan.Spec
+	t := &task{
+		job: j, chain: c, subtask: sub, mailbox: make(chan mail, 4),
+		name: fmt.Sprintf("%s[%d/%d]", c.Name(), sub, c.Parallelism),
+	}
+	t.logger = j.opts.Logger.With("task", t.name)
+	// Inputs of the head, in edge order then sender order.
+	for _, e := range c.Head().Inputs {
+		for s, row := range chans[e] {
+			if ch := row[sub]; ch != nil {
+				t.inputs = append(t.inputs, &input{ch: ch, edge: e, sender: s, wm: MinWatermark})
+			}
+		}
+	}
+	byNode := map[*Node]*stage{}
+	for _, n := range c.Nodes {
+		info := SubtaskInfo{
+			ID: n.ID, Subtask: sub, Parallelism: c.Parallelism, MaxParallelism: spec.MaxParallelism,
+			PipelineName: spec.Name, Logger: j.opts.Logger.With(n.Kind.String(), n.ID, "subtask", sub),
+			Metrics: j.opts.Metrics,
+		}
+		s, err := newStage(n, info)
+		if err != nil {
+			return nil, err
+		}
+		byNode[n] = s
+		t.stages = append(t.stages, s)
+	}
+	t.head = t.stages[0]
+	// Wire outputs: chained children first, then writers, per stream.
+	for _, s := range t.stages {
+		streams := map[string][]Emitter{}
+		for _, e := range s.node.Outputs {
+			if e.Chained {
+				streams[e.Side] = append(streams[e.Side], byNode[e.To])
+				continue
+			}
+			out := chans[e][sub]
+			if e.Partition == Forward {
+				out = out[sub : sub+1]
+			}
+			w := newWriter(e, out, spec.Runtime.BatchSize, s.info, j.cancel)
+			t.writers = append(t.writers, w)
+			streams[e.Side] = append(streams[e.Side], w)
+		}
+		s.sides = map[string]Emitter{}
+		for side, targets := range streams {
+			if side != "" {
+				s.sides[side] = newFanout(targets)
+			}
+		}
+		if s.node.Kind != SinkNode {
+			s.out = counting{c: j.opts.Metrics.RecordsOut(s.info), next: newFanout(streams[""])}
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,216 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/stretchr/testify/require"
+)
+
+// Test components: a source of numbered records, a collecting sink, and the
+// smallest steps the runtime tests need. They register into an isolated Env.
+
+type seqSourceConfig struct {
+	Count int    `yaml:"count"`
+	Keys  int    `yaml:"keys"`
+	Tag   string `yaml:"tag"`
+	// Forever makes the source unbounded.
+	Forever bool `yaml:"forever"`
+}
+
+func (c *seqSourceConfig) Validate() error { return nil }
+func (c *seqSourceConfig) NewSource() (pipeline.Source, error) {
+	return &seqSource{cfg: c}, nil
+}
+
+// seqSource emits records {n, k, src, sub} with n = subtask, subtask+p, ...
+type seqSource struct {
+	cfg  *seqSourceConfig
+	next int
+	step int
+}
+
+func (s *seqSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
+	s.next, s.step = sc.Subtask, sc.Parallelism
+	if sc.Restored != nil {
+		s.next = int(binary.BigEndian.Uint64(sc.Restored))
+	}
+	return nil
+}
+
+func (s *seqSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for range 100 {
+		if !s.cfg.Forever && s.next >= s.cfg.Count {
+			return io.EOF
+		}
+		k := 0
+		if s.cfg.Keys > 0 {
+			k = s.next % s.cfg.Keys
+		}
+		b.Records = append(b.Records, pipeline.NewRecord(map[string]any{"n": s.next, "k": k, "src": s.cfg.Tag}))
+		s.next += s.step
+	}
+	b.Position = binary.BigEndian.AppendUint64(nil, uint64(s.next))
+	if s.cfg.Forever {
+		time.Sleep(time.Millisecond) // pace an unbounded source
+	}
+	return nil
+}
+
+func (s *seqSource) Close(context.Context) error { return nil }
+
+// collector gathers what sinks received, per sink subtask.
+type collector struct {
+	mu      sync.Mutex
+	bySub   map[int][]map[string]any
+	delay   time.Duration
+	written chan int
+}
+
+func newCollector() *collector { return &collector{bySub: map[int][]map[string]any{}} }
+
+func (c *collector) all() []map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []map[string]any
+	for sub := range len(c.bySub) + 8 {
+		out = append(out, c.bySub[sub]...)
+	}
+	return out
+}
+
+type collectConfig struct {
+	c *collector
+}
+
+func (c *collectConfig) Validate() error { return nil }
+func (c *collectConfig) NewSink() (pipeline.Sink, error) {
+	return &collectSink{c: c.c}, nil
+}
+
+type collectSink struct {
+	c   *collector
+	sub int
+}
+
+func (s *collectSink) Open(_ context.Context, sc *pipeline.SinkContext) error {
+	s.sub = sc.Subtask
+	return nil
+}
+
+func (s *collectSink) Write(_ context.Context, b []pipeline.Record) error {
+	if s.c.delay > 0 {
+		time.Sleep(s.c.delay)
+	}
+	s.c.mu.Lock()
+	for _, r := range b {
+		s.c.bySub[s.sub] = append(s.c.bySub[s.sub], r.Fields)
+	}
+	s.c.mu.Unlock()
+	if s.c.written != nil {
+		s.c.written <- len(b)
+	}
+	return nil
+}
+func (s *collectSink) Flush(context.Context) error { return nil }
+func (s *collectSink) Close(context.Context) error { return nil }
+
+// keyStep partitions by key and tags records with the subtask that saw them.
+type keyStepConfig struct {
+	Key pipeline.Expr `yaml:"keyed"`
+}
+
+func (c *keyStepConfig) Validate() error                         { return nil }
+func (c *keyStepConfig) KeyExprs() []*pipeline.Expr              { return []*pipeline.Expr{&c.Key} }
+func (c *keyStepConfig) NewOperator() (pipeline.Operator, error) { return &tagOp{}, nil }
+
+type tagOp struct{ sub int }
+
+func (o *tagOp) Open(_ context.Context, oc *pipeline.OperatorContext) error {
+	o.sub = oc.Subtask
+	return nil
+}
+func (o *tagOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	for _, r := range in {
+		r.Fields["at"] = o.sub
+		r.Fields["key"] = pipeline.FormatKey(r.Key)
+	}
+	return out.Emit(in)
+}
+func (o *tagOp) Close() error { return nil }
+
+// passStep adds one to n, or fails on n == fail_on.
+type passConfig struct {
+	FailOn *int `yaml:"pass"`
+}
+
+func (c *passConfig) Validate() error                         { return nil }
+func (c *passConfig) NewOperator() (pipeline.Operator, error) { return &passOp{failOn: c.FailOn}, nil }
+
+type passOp struct {
+	failOn *int
+	errs   *pipeline.ErrorHandler
+}
+
+func (o *passOp) Open(_ context.Context, oc *pipeline.OperatorContext) error {
+	o.errs = oc.Errors
+	return nil
+}
+func (o *passOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	n := 0
+	for _, r := range in {
+		if o.failOn != nil && r.Fields["n"] == *o.failOn {
+			if err := o.errs.Handle(r, errors.New("boom")); err != nil {
+				return err
+			}
+			continue
+		}
+		r.Fields["passed"] = true
+		in[n] = r
+		n++
+	}
+	return out.Emit(in[:n])
+}
+func (o *passOp) Close() error { return nil }
+
+func testEnv() *pipeline.Env {
+	env := pipeline.NewEnv()
+	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
+	env.RegisterSink(pipeline.SinkPlugin{Type: "collect", New: func() pipeline.SinkConfig { return &collectConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "keyed", New: func() pipeline.StepConfig { return &keyStepConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "pass", New: func() pipeline.StepConfig { return &passConfig{} }})
+	return env
+}
+
+// load loads a pipeline text and gives every collect sink its collector.
+func load(t *testing.T, text string) (*pipeline.Plan, map[string]*collector) {
+	t.Helper()
+	spec, err := pipeline.Load(testEnv(), "test.yaml", []byte(text))
+	require.NoError(t, err)
+	plan, err := pipeline.Compile(spec)
+	require.NoError(t, err)
+	cols := map[string]*collector{}
+	for _, s := range spec.Sinks {
+		if cc, ok := s.Config.(*collectConfig); ok {
+			cc.c = newCollector()
+			cols[s.ID] = cc.c
+		}
+	}
+	return plan, cols
+}
+
+func run(t *testing.T, plan *pipeline.Plan) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, pipeline.Run(ctx, plan, pipeline.JobOptions{}))
+}

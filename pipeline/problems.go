@@ -1,0 +1,124 @@
+package pipeline
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Pos is a position in a pipeline file; Line and Col are 1-based.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// Problem is one thing wrong with a pipeline file.
+type Problem struct {
+	Pos Pos
+	Msg string
+}
+
+func (p Problem) String() string { return p.Pos.String() + ": " + p.Msg }
+
+// Problems is every problem found in a pipeline file. It is an error that
+// wraps ErrInvalid.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (ps Problems) Unwrap() error { return ErrInvalid }
+
+func (ps Problems) sorted() Problems {
+	out := slices.Clone(ps)
+	slices.SortStableFunc(out, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
+	return slices.Compact(out)
+}
+
+// problems collects problems while a file is loaded.
+type problems struct {
+	file string
+	list Problems
+}
+
+func (p *problems) at(n *yaml.Node, format string, args ...any) {
+	pos := Pos{File: p.file}
+	if n != nil {
+		pos.Line, pos.Col = n.Line, n.Column
+	}
+	p.list = append(p.list, Problem{Pos: pos, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *problems) atPos(pos Pos, format string, args ...any) {
+	pos.File = p.file
+	p.list = append(p.list, Problem{Pos: pos, Msg: fmt.Sprintf(format, args...)})
+}
+
+// FieldError is returned by a component config's Validate to point at one of
+// its keys; the loader reports it at that key's position.
+type FieldError struct {
+	Key string
+	Msg string
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Msg }
+
+// FieldErr returns a *FieldError for key.
+func FieldErr(key, format string, args ...any) error {
+	return &FieldError{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// splitErrors flattens errors.Join trees.
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// reportValidate reports the errors of a config's Validate, each at the key it
+// names when it is a FieldError found in mapping m, else at m.
+func (p *problems) reportValidate(m *yaml.Node, err error) {
+	for _, e := range splitErrors(err) {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			if _, v := mappingValue(m, fe.Key); v != nil {
+				p.at(v, "%s: %s", fe.Key, fe.Msg)
+				continue
+			}
+		}
+		p.at(m, "%s", e.Error())
+	}
+}
+
+// mappingValue returns the key and value nodes of key in mapping m, or nils.
+func mappingValue(m *yaml.Node, key string) (*yaml.Node, *yaml.Node) {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i], m.Content[i+1]
+		}
+	}
+	return nil, nil
+}

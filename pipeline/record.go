@@ -1,0 +1,100 @@
+package pipeline
+
+import (
+	"maps"
+	"math"
+)
+
+// Time values are event or processing timestamps in epoch milliseconds.
+const (
+	// NoTime marks a record without an event timestamp.
+	NoTime int64 = math.MinInt64
+	// MaxWatermark is the watermark that ends event time: every window fires.
+	MaxWatermark int64 = math.MaxInt64
+	// MinWatermark is the watermark before any input has been seen.
+	MinWatermark int64 = math.MinInt64
+)
+
+// Record is one data item. Fields is the record's content and the environment of
+// expressions. A Record is owned by exactly one task at a time: an operator may
+// change it in place while processing it; fan-out clones it.
+type Record struct {
+	Fields map[string]any
+	// Time is the event timestamp in epoch ms, or NoTime.
+	Time int64
+	// Key is the canonical encoding of the record's key (see EncodeKey), set by
+	// hash partitioning into a key_by step; "" when the stream is not keyed.
+	Key string
+	// Meta carries source metadata (Kafka key, headers, partition, offset), or nil.
+	Meta *Meta
+}
+
+// Meta is source metadata, reachable in expressions as _key, _headers,
+// _partition, _offset and _timestamp.
+type Meta struct {
+	Key       []byte
+	Headers   map[string]string
+	Partition int32
+	Offset    int64
+	Timestamp int64
+}
+
+// NewRecord returns a record with the given fields and no event time.
+func NewRecord(fields map[string]any) Record {
+	return Record{Fields: fields, Time: NoTime}
+}
+
+// Clone returns a copy whose top-level fields can be changed without affecting r.
+// Nested values are shared: operators treat them as immutable.
+func (r Record) Clone() Record {
+	c := r
+	c.Fields = maps.Clone(r.Fields)
+	return c
+}
+
+// ControlKind tells the kind of an in-band control event.
+type ControlKind uint8
+
+const (
+	// ControlWatermark carries a watermark: no more records with Time <= Watermark.
+	ControlWatermark ControlKind = iota + 1
+	// ControlBarrier is a checkpoint barrier.
+	ControlBarrier
+	// ControlEndOfInput says the channel carries nothing more.
+	ControlEndOfInput
+)
+
+func (k ControlKind) String() string {
+	switch k {
+	case ControlWatermark:
+		return "watermark"
+	case ControlBarrier:
+		return "barrier"
+	case ControlEndOfInput:
+		return "end-of-input"
+	}
+	return "unknown"
+}
+
+// Control is an in-band control event. It travels in order with records:
+// everything sent on a channel before it is delivered before it.
+type Control struct {
+	Kind      ControlKind
+	Watermark int64
+	Barrier   Barrier
+}
+
+// Barrier marks checkpoint ID in a stream (Chandy–Lamport marker).
+type Barrier struct {
+	ID int64
+	// Savepoint is true for a user-requested savepoint.
+	Savepoint bool
+}
+
+// Batch is the unit sent between tasks: records, then at most one control event.
+// A sender always flushes pending records before a control event, so the
+// control event is the last element of the batch that carries it.
+type Batch struct {
+	Records []Record
+	Control *Control
+}

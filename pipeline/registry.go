@@ -1,0 +1,171 @@
+package pipeline
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+)
+
+// Config is a component's configuration: a struct pointer with yaml tags,
+// pre-filled with defaults by the plugin's New func. Validate reports what is
+// wrong (FieldErr to point at a key); it runs after decoding and expression
+// compilation.
+type Config interface {
+	Validate() error
+}
+
+// SourceConfig builds the sources of one `sources:` entry.
+type SourceConfig interface {
+	Config
+	// NewSource returns the source of one subtask; called once per subtask
+	// before the run starts.
+	NewSource() (Source, error)
+}
+
+// SinkConfig builds the sinks of one `sinks:` entry.
+type SinkConfig interface {
+	Config
+	NewSink() (Sink, error)
+}
+
+// StepConfig builds the operators of one `steps:` entry.
+type StepConfig interface {
+	Config
+	NewOperator() (Operator, error)
+}
+
+// Optional capabilities of configs, found by type assertion.
+type (
+	// Bounded is implemented by source configs that know whether their input
+	// ends (file, generator with count).
+	Bounded interface{ Bounded() bool }
+	// MaxParallelismer caps a source's parallelism (stdin: 1).
+	MaxParallelismer interface{ MaxParallelism() int }
+	// GuaranteeOf tells the delivery guarantee a source or sink can give:
+	// replayable sources and transactional sinks give exactly-once.
+	GuaranteeOf interface{ Guarantee() Guarantee }
+	// KeyedStep is implemented by step configs whose input is hash
+	// partitioned by a key (key_by): KeyExprs returns the key expression(s).
+	KeyedStep interface{ KeyExprs() []*Expr }
+	// SideOutputter is implemented by step configs that emit side streams
+	// other than "<id>.errors": it maps each stream id that other steps and
+	// sinks may read to the side output name the operator emits to.
+	SideOutputter interface{ SideOutputs() map[string]string }
+)
+
+// SourcePlugin registers a source type.
+type SourcePlugin struct {
+	Type    string
+	Summary string
+	// New returns a config pre-filled with defaults.
+	New func() SourceConfig
+}
+
+// SinkPlugin registers a sink type.
+type SinkPlugin struct {
+	Type    string
+	Summary string
+	New     func() SinkConfig
+}
+
+// StepPlugin registers a step kind. Kind is the key that selects it in a
+// step (filter, map, key_by, ...); the config struct's yaml keys are the keys
+// that kind owns, Kind among them.
+type StepPlugin struct {
+	Kind    string
+	Summary string
+	New     func() StepConfig
+}
+
+// Env is a set of components. Default holds everything registered in init();
+// tests can build an isolated Env.
+type Env struct {
+	mu      sync.RWMutex
+	sources map[string]SourcePlugin
+	sinks   map[string]SinkPlugin
+	steps   map[string]StepPlugin
+}
+
+// NewEnv returns an empty Env.
+func NewEnv() *Env {
+	return &Env{sources: map[string]SourcePlugin{}, sinks: map[string]SinkPlugin{}, steps: map[string]StepPlugin{}}
+}
+
+// Default is the Env that components register into from init().
+var Default = NewEnv()
+
+// RegisterSource adds a source type; it panics on a duplicate (a programming error).
+func (e *Env) RegisterSource(p SourcePlugin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.sources[p.Type]; dup {
+		panic(fmt.Sprintf("source type %q registered twice", p.Type))
+	}
+	e.sources[p.Type] = p
+}
+
+// RegisterSink adds a sink type.
+func (e *Env) RegisterSink(p SinkPlugin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.sinks[p.Type]; dup {
+		panic(fmt.Sprintf("sink type %q registered twice", p.Type))
+	}
+	e.sinks[p.Type] = p
+}
+
+// RegisterStep adds a step kind.
+func (e *Env) RegisterStep(p StepPlugin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.steps[p.Kind]; dup {
+		panic(fmt.Sprintf("step kind %q registered twice", p.Kind))
+	}
+	e.steps[p.Kind] = p
+}
+
+// Source returns the plugin of a source type.
+func (e *Env) Source(typ string) (SourcePlugin, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	p, ok := e.sources[typ]
+	return p, ok
+}
+
+// Sink returns the plugin of a sink type.
+func (e *Env) Sink(typ string) (SinkPlugin, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	p, ok := e.sinks[typ]
+	return p, ok
+}
+
+// Step returns the plugin of a step kind.
+func (e *Env) Step(kind string) (StepPlugin, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	p, ok := e.steps[kind]
+	return p, ok
+}
+
+// SourceTypes lists the registered source types, sorted.
+func (e *Env) SourceTypes() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return slices.Sorted(maps.Keys(e.sources))
+}
+
+// SinkTypes lists the registered sink types, sorted.
+func (e *Env) SinkTypes() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return slices.Sorted(maps.Keys(e.sinks))
+}
+
+// StepKinds lists the registered step kinds, sorted.
+func (e *Env) StepKinds() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return slices.Sorted(maps.Keys(e.steps))
+}

@@ -1,0 +1,105 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stage is one node of a chain on one subtask: an operator, a sink, or the
+// source at the head. Its Emit is the node's input.
+type stage struct {
+	node *Node
+	info SubtaskInfo
+	op   Operator
+	wmh  WatermarkHandler
+	fin  Finisher
+	sink Sink
+	src  Source
+	// out is the node's main output: chained children, then writers.
+	out   Emitter
+	sides map[string]Emitter
+	in    prometheus.Counter
+	ctx   context.Context
+}
+
+// Emit processes a batch of input records on the task goroutine.
+func (s *stage) Emit(b []Record) error {
+	s.in.Add(float64(len(b)))
+	if s.sink != nil {
+		return s.sink.Write(s.ctx, b)
+	}
+	return s.op.Process(b, s.out)
+}
+
+// side returns the emitter of a side output (discard when nothing reads it).
+func (s *stage) side(name string) Emitter {
+	if e, ok := s.sides[name]; ok {
+		return e
+	}
+	return discard{}
+}
+
+type counting struct {
+	c    prometheus.Counter
+	next Emitter
+}
+
+func (c counting) Emit(b []Record) error {
+	c.c.Add(float64(len(b)))
+	return c.next.Emit(b)
+}
+
+// newStage builds the runtime instance of node n on one subtask.
+func newStage(n *Node, info SubtaskInfo) (*stage, error) {
+	s := &stage{node: n, info: info, in: info.Metrics.RecordsIn(info)}
+	var err error
+	switch n.Kind {
+	case SourceNode:
+		s.src, err = n.Source.Config.NewSource()
+	case StepNode:
+		s.op, err = n.Step.Config.NewOperator()
+		s.wmh, _ = s.op.(WatermarkHandler)
+		s.fin, _ = s.op.(Finisher)
+	case SinkNode:
+		s.sink, err = n.Sink.Config.NewSink()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create %s %q subtask %d: %w", n.Kind, n.ID, info.Subtask, err)
+	}
+	return s, nil
+}
+
+// open opens the stage's operator or sink (sources open in the task).
+func (s *stage) open(ctx context.Context) error {
+	s.ctx = ctx
+	switch {
+	case s.op != nil:
+		oc := &OperatorContext{
+			SubtaskInfo: s.info,
+			Errors:      NewErrorHandler(s.info, s.node.Step.OnError, s.side(ErrorsStream)),
+			Side:        s.side,
+		}
+		if err := s.op.Open(ctx, oc); err != nil {
+			return fmt.Errorf("open step %q: %w", s.node.ID, err)
+		}
+	case s.sink != nil:
+		if err := s.sink.Open(ctx, &SinkContext{SubtaskInfo: s.info}); err != nil {
+			return fmt.Errorf("open sink %q: %w", s.node.ID, err)
+		}
+	}
+	return nil
+}
+
+func (s *stage) close(ctx context.Context) error {
+	switch {
+	case s.op != nil:
+		return s.op.Close()
+	case s.sink != nil:
+		return s.sink.Close(ctx)
+	case s.src != nil:
+		return s.src.Close(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,456 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// mail is a message to a task's control mailbox, handled between batches on
+// the task goroutine.
+type mail struct {
+	// barrier asks a source task to emit checkpoint barrier *barrier.
+	barrier *Barrier
+}
+
+// input is one channel into a task: from one sender subtask over one edge.
+type input struct {
+	ch      chan Batch
+	edge    *Edge
+	sender  int
+	wm      int64
+	ended   bool
+	blocked bool
+	// barrier is true once the current checkpoint's barrier arrived here.
+	barrier bool
+}
+
+// task runs one chain on one subtask: Flink's StreamTask with its mailbox.
+type task struct {
+	job     *Job
+	chain   *Chain
+	subtask int
+	name    string
+	logger  *slog.Logger
+	inputs  []*input
+	stages  []*stage
+	head    *stage
+	writers []*writer
+	mailbox chan mail
+
+	wm      int64
+	wmGauge prometheus.Gauge
+	flush   *time.Timer
+	armed   bool
+
+	// Barrier alignment: the checkpoint being aligned (ID 0 when none).
+	aligning Barrier
+	// position is the source head's position after the last emitted record.
+	position []byte
+}
+
+func (t *task) run(ctx context.Context) (err error) {
+	t.wm = MinWatermark
+	t.wmGauge = t.job.opts.Metrics.Watermark(t.head.info)
+	t.flush = time.NewTimer(time.Hour)
+	t.flush.Stop()
+	defer t.flush.Stop()
+	// Open sinks first so that nothing is emitted into an unopened stage.
+	opened := []*stage{}
+	defer func() {
+		for _, s := range slices.Backward(opened) {
+			if cerr := s.close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+				err = fmt.Errorf("close %s %q: %w", s.node.Kind, s.node.ID, cerr)
+			}
+		}
+	}()
+	for _, s := range slices.Backward(t.stages) {
+		if s.src != nil {
+			continue
+		}
+		if err := s.open(ctx); err != nil {
+			return err
+		}
+		opened = append(opened, s)
+	}
+	if t.head.src != nil {
+		sc := &SourceContext{SubtaskInfo: t.head.info}
+		if err := t.head.src.Open(ctx, sc); err != nil {
+			return fmt.Errorf("open source %q: %w", t.head.node.ID, err)
+		}
+		opened = append(opened, t.head)
+		return t.runSource(ctx)
+	}
+	return t.runInputs(ctx)
+}
+
+// armFlush starts the buffer timeout when records wait in output buffers.
+func (t *task) armFlush() {
+	if t.armed {
+		return
+	}
+	for _, w := range t.writers {
+		if w.pending > 0 {
+			t.flush.Reset(t.job.plan.Spec.Runtime.BufferTimeout.D())
+			t.armed = true
+			return
+		}
+	}
+}
+
+func (t *task) flushWriters() error {
+	for _, w := range t.writers {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// broadcast flushes every writer and sends ctl on every output channel.
+func (t *task) broadcast(ctl *Control) error {
+	for _, w := range t.writers {
+		if err := w.broadcast(ctl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advance moves the task's watermark to wm: operators fire what wm
+// completes, then wm goes downstream after their output.
+func (t *task) advance(wm int64) error {
+	if wm <= t.wm {
+		return nil
+	}
+	t.wm = wm
+	for _, s := range t.stages {
+		if s.wmh != nil {
+			if err := s.wmh.OnWatermark(wm, s.out); err != nil {
+				return fmt.Errorf("step %q at watermark %d: %w", s.node.ID, wm, err)
+			}
+		}
+	}
+	if wm != MaxWatermark {
+		t.wmGauge.Set(float64(wm))
+	}
+	return t.broadcast(&Control{Kind: ControlWatermark, Watermark: wm})
+}
+
+// checkpoint captures the chain's state at barrier b, acks it and forwards
+// the barrier. Sinks flush so that everything before the barrier is out.
+func (t *task) checkpoint(ctx context.Context, b Barrier) error {
+	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
+	if t.head.src != nil {
+		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
+	}
+	for _, s := range t.stages {
+		if s.sink != nil {
+			if err := s.sink.Flush(ctx); err != nil {
+				return fmt.Errorf("sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
+			}
+		}
+	}
+	if err := t.broadcast(&Control{Kind: ControlBarrier, Barrier: b}); err != nil {
+		return err
+	}
+	if t.job.opts.OnAck != nil {
+		t.job.opts.OnAck(ack)
+	}
+	return nil
+}
+
+// finish ends the task after its input ended: operators emit what they
+// hold, sinks flush, and end-of-input goes downstream.
+func (t *task) finish(ctx context.Context) error {
+	for _, s := range t.stages {
+		if s.fin != nil {
+			if err := s.fin.Finish(s.out); err != nil {
+				return fmt.Errorf("finish step %q: %w", s.node.ID, err)
+			}
+		}
+		if s.sink != nil {
+			if err := s.sink.Flush(ctx); err != nil {
+				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
+			}
+		}
+	}
+	return t.broadcast(&Control{Kind: ControlEndOfInput})
+}
+
+// runSource runs a source task: a reader goroutine calls Source.Read, the
+// task goroutine emits what it read, handles its mailbox and flushes.
+func (t *task) runSource(ctx context.Context) error {
+	readCtx, stopReading := context.WithCancel(ctx)
+	batches := make(chan *ReadBatch, 2)
+	free := make(chan *ReadBatch, 3)
+	quit := make(chan struct{})
+	readerDone := make(chan struct{})
+	defer func() {
+		// The source closes after this returns: the reader must be out of Read.
+		stopReading()
+		close(quit)
+		<-readerDone
+	}()
+	var readErr error
+	go func() {
+		defer close(readerDone)
+		defer close(batches)
+		for {
+			var rb *ReadBatch
+			select {
+			case rb = <-free:
+				rb.Records, rb.Position = rb.Records[:0], nil
+			default:
+				rb = &ReadBatch{Records: make([]Record, 0, t.job.plan.Spec.Runtime.BatchSize)}
+			}
+			err := t.head.src.Read(readCtx, rb)
+			if len(rb.Records) > 0 || rb.Position != nil {
+				select {
+				case batches <- rb:
+				case <-quit:
+					return
+				}
+			}
+			if err != nil {
+				readErr = err
+				return
+			}
+		}
+	}()
+	stop := t.job.stop
+	stopping := false
+	for {
+		select {
+		case rb, ok := <-batches:
+			if !ok {
+				return t.endSource(ctx, readErr, stopping)
+			}
+			if len(rb.Records) > 0 {
+				if err := t.head.out.Emit(rb.Records); err != nil {
+					return err
+				}
+			}
+			if rb.Position != nil {
+				t.position = append(t.position[:0], rb.Position...)
+			}
+			clear(rb.Records)
+			select {
+			case free <- rb:
+			default:
+			}
+			t.armFlush()
+		case m := <-t.mailbox:
+			if m.barrier != nil && !stopping {
+				if err := t.checkpoint(ctx, *m.barrier); err != nil {
+					return err
+				}
+			}
+		case <-t.flush.C:
+			t.armed = false
+			if err := t.flushWriters(); err != nil {
+				return err
+			}
+		case <-stop:
+			// Stop reading; what the reader already read still drains.
+			stopping, stop = true, nil
+			stopReading()
+		case <-t.job.cancel:
+			return context.Canceled
+		}
+	}
+}
+
+func (t *task) endSource(ctx context.Context, readErr error, stopping bool) error {
+	switch {
+	case errors.Is(readErr, io.EOF):
+		// A bounded input ended: event time ends too, every window fires.
+		if err := t.advance(MaxWatermark); err != nil {
+			return err
+		}
+	case stopping && errors.Is(readErr, context.Canceled):
+		t.logger.Debug("source stopped on request")
+	case readErr != nil:
+		return fmt.Errorf("read source %q: %w", t.head.node.ID, readErr)
+	}
+	return t.finish(ctx)
+}
+
+const fixedCases = 3 // mailbox, flush timer, cancel
+
+// runInputs runs a task whose head reads from channels.
+func (t *task) runInputs(ctx context.Context) error {
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.mailbox)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.flush.C)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.job.cancel)},
+	}
+	var active []*input
+	rebuild := func() {
+		cases, active = cases[:fixedCases], active[:0]
+		for _, in := range t.inputs {
+			if !in.ended && !in.blocked {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(in.ch)})
+				active = append(active, in)
+			}
+		}
+	}
+	rebuild()
+	keyedHead := t.head.op != nil && len(t.inputs) > 0 && t.inputs[0].edge.Partition == Hash
+	for {
+		chosen, v, _ := reflect.Select(cases)
+		switch chosen {
+		case 0:
+			continue // no mail for non-source tasks yet
+		case 1:
+			t.armed = false
+			if err := t.flushWriters(); err != nil {
+				return err
+			}
+			continue
+		case 2:
+			return context.Canceled
+		}
+		in := active[chosen-fixedCases]
+		b := v.Interface().(Batch)
+		if len(b.Records) > 0 {
+			recs := b.Records
+			if keyedHead {
+				var err error
+				if recs, err = t.routeDeadLetters(recs); err != nil {
+					return err
+				}
+			}
+			if err := t.head.Emit(recs); err != nil {
+				return err
+			}
+			putBatch(b.Records)
+		}
+		if b.Control != nil {
+			changed, err := t.onControl(ctx, in, b.Control)
+			if err != nil {
+				return err
+			}
+			if changed {
+				if t.allEnded() {
+					return t.finish(ctx)
+				}
+				rebuild()
+			}
+		}
+		t.armFlush()
+	}
+}
+
+// routeDeadLetters sends the dead letters that senders built for records
+// whose key failed to this step's errors stream, and returns the rest.
+func (t *task) routeDeadLetters(recs []Record) ([]Record, error) {
+	n := 0
+	for _, r := range recs {
+		if r.Key == deadLetterKey {
+			r.Key = ""
+			if err := t.head.side(ErrorsStream).Emit([]Record{r}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		recs[n] = r
+		n++
+	}
+	return recs[:n], nil
+}
+
+func (t *task) allEnded() bool {
+	for _, in := range t.inputs {
+		if !in.ended {
+			return false
+		}
+	}
+	return true
+}
+
+// onControl handles a control event from in; changed reports that the set
+// of readable inputs changed.
+func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bool, err error) {
+	switch c.Kind {
+	case ControlWatermark:
+		in.wm = max(in.wm, c.Watermark)
+		return false, t.advance(t.inputWatermark())
+	case ControlBarrier:
+		return t.onBarrier(ctx, in, c.Barrier)
+	case ControlEndOfInput:
+		in.ended = true
+		if !t.allEnded() {
+			if err := t.advance(t.inputWatermark()); err != nil {
+				return true, err
+			}
+		}
+		if t.aligning.ID != 0 {
+			_, err := t.maybeAligned(ctx)
+			return true, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown control event %d", c.Kind)
+}
+
+// inputWatermark is the minimum watermark over the inputs still open.
+func (t *task) inputWatermark() int64 {
+	wm := MaxWatermark
+	for _, in := range t.inputs {
+		if !in.ended {
+			wm = min(wm, in.wm)
+		}
+	}
+	return wm
+}
+
+// onBarrier aligns checkpoint barriers (DESIGN.md §2): in exactly-once mode
+// an input that delivered barrier N is held until every input did.
+func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error) {
+	changed := false
+	switch {
+	case b.ID < t.aligning.ID:
+		return false, nil // a barrier of an abandoned checkpoint
+	case b.ID > t.aligning.ID:
+		if t.aligning.ID != 0 {
+			t.logger.Warn("checkpoint abandoned: a newer barrier arrived before alignment finished",
+				"checkpoint", t.aligning.ID, "newer", b.ID)
+		}
+		t.aligning = b
+		for _, i := range t.inputs {
+			changed = changed || i.blocked
+			i.barrier, i.blocked = false, false
+		}
+	}
+	in.barrier = true
+	if !t.job.opts.AtLeastOnce {
+		in.blocked = true
+		changed = true
+	}
+	done, err := t.maybeAligned(ctx)
+	return changed || done, err
+}
+
+// maybeAligned completes the current checkpoint once every open input
+// delivered its barrier: snapshot, ack, forward, release the inputs.
+func (t *task) maybeAligned(ctx context.Context) (bool, error) {
+	for _, in := range t.inputs {
+		if !in.ended && !in.barrier {
+			return false, nil
+		}
+	}
+	b := t.aligning
+	t.aligning = Barrier{}
+	for _, in := range t.inputs {
+		in.barrier, in.blocked = false, false
+	}
+	return true, t.checkpoint(ctx, b)
+}
