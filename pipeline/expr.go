@@ -87,8 +87,9 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	return nil
 }
 
-// errorPos returns the file position of a compile error inside e.
-func (e *Expr) errorPos(err error) (Pos, string) {
+// errorPos returns the file position of a compile error inside e; lines
+// are the file's lines, for the indentation of block scalars.
+func (e *Expr) errorPos(err error, lines []string) (Pos, string) {
 	pos := e.pos
 	var fe *file.Error
 	if !errors.As(err, &fe) {
@@ -96,8 +97,13 @@ func (e *Expr) errorPos(err error) (Pos, string) {
 	}
 	switch e.style {
 	case yaml.LiteralStyle, yaml.FoldedStyle:
+		// The content starts on the line after the indicator, indented.
 		pos.Line += fe.Line
-		pos.Col += 2 + fe.Column
+		pos.Col = 1 + fe.Column
+		if pos.Line-1 < len(lines) {
+			line := lines[pos.Line-1]
+			pos.Col += len(line) - len(strings.TrimLeft(line, " "))
+		}
 	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
 		pos.Line += fe.Line - 1
 		pos.Col += 1 + fe.Column
@@ -133,7 +139,7 @@ func (p *problems) walkExprs(v reflect.Value, env map[string]any, want string) {
 				return
 			}
 			if err := e.Compile(env, want); err != nil {
-				pos, msg := e.errorPos(err)
+				pos, msg := e.errorPos(err, p.lines)
 				p.atPos(pos, "expression %q: %s", e.Source, msg)
 			}
 			return

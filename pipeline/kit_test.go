@@ -182,12 +182,27 @@ func (o *passOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 }
 func (o *passOp) Close() error { return nil }
 
+// whereStep keeps records matching a predicate.
+type whereConfig struct {
+	Where pipeline.Expr `yaml:"where" expr:"bool"`
+	Limit int           `yaml:"limit"`
+}
+
+func (c *whereConfig) Validate() error {
+	if c.Limit < 0 {
+		return pipeline.FieldErr("limit", "must not be negative")
+	}
+	return nil
+}
+func (c *whereConfig) NewOperator() (pipeline.Operator, error) { return &passOp{}, nil }
+
 func testEnv() *pipeline.Env {
 	env := pipeline.NewEnv()
 	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
 	env.RegisterSink(pipeline.SinkPlugin{Type: "collect", New: func() pipeline.SinkConfig { return &collectConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "keyed", New: func() pipeline.StepConfig { return &keyStepConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "pass", New: func() pipeline.StepConfig { return &passConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "where", New: func() pipeline.StepConfig { return &whereConfig{} }})
 	return env
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -52,8 +53,9 @@ func (ps Problems) sorted() Problems {
 
 // problems collects problems while a file is loaded.
 type problems struct {
-	file string
-	list Problems
+	file  string
+	lines []string
+	list  Problems
 }
 
 func (p *problems) at(n *yaml.Node, format string, args ...any) {
@@ -101,13 +103,39 @@ func (p *problems) reportValidate(m *yaml.Node, err error) {
 	for _, e := range splitErrors(err) {
 		var fe *FieldError
 		if errors.As(e, &fe) {
-			if _, v := mappingValue(m, fe.Key); v != nil {
+			if v := pathValue(m, fe.Key); v != nil {
 				p.at(v, "%s: %s", fe.Key, fe.Msg)
 				continue
 			}
 		}
 		p.at(m, "%s", e.Error())
 	}
+}
+
+// pathValue follows a dotted path of keys (and list indexes) from n; it
+// returns the deepest node found, nil when not even the first key exists.
+func pathValue(n *yaml.Node, path string) *yaml.Node {
+	var found *yaml.Node
+	for part := range strings.SplitSeq(path, ".") {
+		n = resolve(n)
+		if n == nil {
+			break
+		}
+		var next *yaml.Node
+		switch n.Kind {
+		case yaml.MappingNode:
+			_, next = mappingValue(n, part)
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(part); err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
+			}
+		}
+		if next == nil {
+			break
+		}
+		found, n = next, next
+	}
+	return found
 }
 
 // mappingValue returns the key and value nodes of key in mapping m, or nils.

@@ -151,6 +151,7 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 	}()
 	sum := sha256.Sum256(data)
 	text := p.substitute(string(data))
+	p.lines = strings.Split(text, "\n")
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		p.yamlSyntax(err)

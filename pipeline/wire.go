@@ -27,9 +27,11 @@ func (r StreamRef) String() string {
 func (p *problems) wire(spec *Spec, root *yaml.Node) {
 	streams := map[string]StreamRef{}
 	owner := map[string]*yaml.Node{}
+	dups := false
 	claim := func(id string, n *yaml.Node, ref StreamRef) {
 		if prev, dup := owner[id]; dup {
 			p.at(idNode(n), "id %q is already used at line %d", id, prev.Line)
+			dups = true
 			return
 		}
 		owner[id] = n
@@ -98,7 +100,9 @@ func (p *problems) wire(spec *Spec, root *yaml.Node) {
 		s.Inputs = resolveFrom(s.node, fmt.Sprintf("sink %q", s.ID), s.From, prev)
 	}
 	p.checkDeadLetters(spec)
-	p.checkCycles(spec)
+	if !dups { // with duplicate ids, from cannot be followed unambiguously
+		p.checkCycles(spec)
+	}
 }
 
 func idNode(n *yaml.Node) *yaml.Node {
@@ -175,9 +179,9 @@ func (p *problems) checkCycles(spec *Spec) {
 		return false
 	}
 	for _, s := range spec.Steps {
-		if state[s.ID] == unvisited {
-			path = path[:0]
-			visit(s)
+		// One cycle is reported; the states of an aborted walk are stale.
+		if state[s.ID] == unvisited && visit(s) {
+			return
 		}
 	}
 }

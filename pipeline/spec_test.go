@@ -1,0 +1,177 @@
+package pipeline_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadValid(t *testing.T) {
+	t.Setenv("EDDY_TEST_COUNT", "7")
+	spec, err := pipeline.Load(testEnv(), "ok.yaml", []byte(`
+version: 1
+name: ok
+parallelism: 2
+max_parallelism: 64
+sources:
+  - id: nums
+    type: seq
+    count: ${EDDY_TEST_COUNT}
+    tag: ${EDDY_TEST_UNSET:fallback}
+steps:
+  - where: n > 2
+  - id: k
+    keyed: k
+    parallelism: 3
+sinks:
+  - type: collect
+`))
+	require.NoError(t, err)
+	require.Equal(t, "ok", spec.Name)
+	require.Equal(t, 64, spec.MaxParallelism)
+	require.Equal(t, 7, spec.Sources[0].Config.(*seqSourceConfig).Count)
+	require.Equal(t, "fallback", spec.Sources[0].Config.(*seqSourceConfig).Tag)
+	require.Equal(t, "where_1", spec.Steps[0].ID, "default ids are kind_position")
+	require.Equal(t, []pipeline.StreamRef{{Node: "nums"}}, spec.Steps[0].Inputs)
+	require.Equal(t, []pipeline.StreamRef{{Node: "where_1"}}, spec.Steps[1].Inputs, "from defaults to the previous step")
+	require.Equal(t, 3, spec.Steps[1].Parallelism)
+	require.Equal(t, 2, spec.Sinks[0].Parallelism)
+	require.Equal(t, "sink_1", spec.Sinks[0].ID)
+	require.Equal(t, []pipeline.StreamRef{{Node: "k"}}, spec.Sinks[0].Inputs)
+}
+
+func TestLoadInvalid(t *testing.T) {
+	const head = "version: 1\nname: bad\n"
+	tests := []struct {
+		name string
+		text string
+		want []string
+	}{{
+		name: "unknown top-level key with a suggestion",
+		text: head + "paralelism: 2\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:3:1: unknown key "paralelism" in pipeline (did you mean "parallelism"?)`},
+	}, {
+		name: "missing required keys",
+		text: "version: 1\nsources: [{type: seq}]\n",
+		want: []string{
+			`bad.yaml:1:1: pipeline: missing required key "name"`,
+			`bad.yaml:1:1: pipeline: missing required key "sinks"`,
+		},
+	}, {
+		name: "unknown source and sink types",
+		text: head + "sources:\n  - type: kafkaa\nsinks:\n  - id: out\n    type: nowhere\n",
+		want: []string{
+			`bad.yaml:4:11: source "source_1": unknown source type "kafkaa" (known: seq)`,
+			`bad.yaml:7:11: sink "out": unknown sink type "nowhere" (known: collect)`,
+		},
+	}, {
+		name: "unknown key of a source type",
+		text: head + "sources:\n  - type: seq\n    cout: 3\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:5: unknown key "cout" in source "source_1" (seq) (did you mean "count"?)`},
+	}, {
+		name: "step without a kind, and with two",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - id: a\n  - id: b\n    where: true\n    pass: 1\nsinks: [{type: collect}]\n",
+		want: []string{
+			`bad.yaml:5:5: steps[0] does nothing: give it one of keyed, pass, where`,
+			`bad.yaml:8:5: steps[1] has both "where" and "pass": a step does one thing, split it into two steps`,
+		},
+	}, {
+		name: "dangling from with a suggestion",
+		text: head + "sources: [{id: nums, type: seq}]\nsteps:\n  - where: true\n    from: numz\nsinks:\n  - type: collect\n    from: [where_1, nope]\n",
+		want: []string{
+			`bad.yaml:6:11: step "where_1": from "numz": no source, step or side stream has that id (did you mean "nums"?)`,
+			`bad.yaml:9:21: sink "sink_1": from "nope": no source, step or side stream has that id`,
+		},
+	}, {
+		name: "cycle",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - id: a\n    from: [source_1, c]\n    pass:\n  - id: b\n    pass:\n  - id: c\n    pass:\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:8:5: step "b": from makes a cycle: a -> b -> c -> a`},
+	}, {
+		name: "expression syntax error points into the expression",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: n > > 2\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:16: expression "n > > 2": unexpected token Operator(">")`},
+	}, {
+		name: "expression type error",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: \"1 + 2\"\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:12: expression "1 + 2": expected bool, but got int`},
+	}, {
+		name: "mismatched operand types",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: |\n      n > 1 and\n      \"a\" + 1 > 2\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:7:11: expression "n > 1 and\n\"a\" + 1 > 2\n": invalid operation: + (mismatched types string and int)`},
+	}, {
+		name: "duplicate ids",
+		text: head + "sources: [{id: x, type: seq}]\nsteps:\n  - id: x\n    pass:\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:9: id "x" is already used at line 3`},
+	}, {
+		name: "environment variable not set",
+		text: head + "sources: [{type: seq, count: ${EDDY_TEST_NOT_SET}}]\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:3:30: environment variable EDDY_TEST_NOT_SET is not set (set it, or give a default: ${EDDY_TEST_NOT_SET:value})`},
+	}, {
+		name: "wrong value types and ranges",
+		text: head + "parallelism: two\nsources: [{type: seq, parallelism: 0}]\nsteps:\n  - where: true\n    on_error: retry\n    limit: -1\nsinks: [{type: collect}]\n",
+		want: []string{
+			`bad.yaml:3:14: parallelism: cannot use "two" as a whole number`,
+			`bad.yaml:4:36: source "source_1": parallelism must be between 1 and max_parallelism (128)`,
+			`bad.yaml:7:15: on_error: on_error must be fail, skip or dead_letter, not "retry"`,
+			`bad.yaml:8:12: limit: must not be negative`,
+		},
+	}, {
+		name: "validate errors point at their key",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: true\n    limit: -1\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:6:12: limit: must not be negative`},
+	}, {
+		name: "dead letters nobody reads",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: true\n    on_error: dead_letter\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:6:15: step "where_1": on_error: dead_letter, but no step or sink reads "where_1.errors"; add a sink with from: where_1.errors`},
+	}, {
+		name: "from is required with several sources",
+		text: head + "sources: [{id: a, type: seq}, {id: b, type: seq}]\nsteps:\n  - pass:\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:5: step "pass_1": say which stream it reads with from: (there is no single previous step or source)`},
+	}, {
+		name: "YAML syntax error",
+		text: head + "sources:\n  - type: seq\n   bad indent: [\n",
+		want: []string{`bad.yaml:3:1: YAML syntax: did not find expected '-' indicator`},
+	}, {
+		name: "not a mapping",
+		text: "- just a list\n",
+		want: []string{`bad.yaml:1:1: a pipeline file must be a mapping with version, name, sources, steps and sinks`},
+	}, {
+		name: "wrong version",
+		text: "version: 2\nname: bad\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:1:10: version: this eddy reads format version 1, not 2`},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := pipeline.Load(testEnv(), "bad.yaml", []byte(tt.text))
+			require.Error(t, err)
+			require.True(t, errors.Is(err, pipeline.ErrInvalid))
+			require.Equal(t, strings.Join(tt.want, "\n"), err.Error())
+		})
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add("version: 1\nname: f\nsources: [{type: seq, count: 3}]\nsteps:\n  - where: n > 1\n  - keyed: k\nsinks: [{type: collect}]\n")
+	f.Add("version: 1\nname: f\nsources: [{id: a, type: seq}]\nsteps: [{id: b, from: [a, c], pass: 1}, {id: c, from: b, pass: }]\nsinks: [{type: collect, from: b.errors}]\n")
+	f.Add("a: &x [*x]\n")
+	f.Add("version: ${X:1}\nname: $${y}\n")
+	f.Add("version: 1\nname: f\nsources: [{type: seq}]\nsteps:\n  - where: |\n      n >\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		spec, err := pipeline.Load(testEnv(), "fuzz.yaml", []byte(text))
+		if err != nil {
+			var ps pipeline.Problems
+			require.ErrorAs(t, err, &ps)
+			require.NotEmpty(t, ps)
+			for _, p := range ps {
+				require.Equal(t, "fuzz.yaml", p.Pos.File)
+				require.NotContains(t, p.Msg, "internal error", "the loader panicked")
+			}
+			return
+		}
+		_, err = pipeline.Compile(spec)
+		require.NoError(t, err)
+	})
+}
