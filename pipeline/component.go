@@ -41,6 +41,19 @@ type OperatorContext struct {
 	// (see SideOutputs); records emitted there go to the steps and sinks that
 	// read "<step>.<name>" or the declared stream id.
 	Side func(name string) Emitter
+	// Now returns the processing time in epoch ms.
+	Now func() int64
+	// WakeAt asks for a call of OnProcessingTime once the processing time
+	// reaches t (epoch ms). Only the earliest pending request is kept per
+	// operator: an operator asks again for its next timer when called.
+	WakeAt func(t int64)
+}
+
+// ProcessingTimeHandler is implemented by operators with processing-time
+// timers (processing-time windows, early firings). OnProcessingTime is called
+// on the task goroutine at or after the time last passed to WakeAt.
+type ProcessingTimeHandler interface {
+	OnProcessingTime(now int64, out Emitter) error
 }
 
 // Operator is the runtime instance of a step on one subtask. All methods are
@@ -87,6 +100,9 @@ type ReadBatch struct {
 	// Split is the index of the split (file, partition) the records came
 	// from; watermarks are generated per split.
 	Split int
+	// SplitDone says the split ended after these records: it no longer
+	// holds the source's watermark back.
+	SplitDone bool
 }
 
 // Source is the runtime instance of a source on one subtask. Open and Close

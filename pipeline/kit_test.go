@@ -22,6 +22,8 @@ type seqSourceConfig struct {
 	Tag   string `yaml:"tag"`
 	// Forever makes the source unbounded.
 	Forever bool `yaml:"forever"`
+	// Silent makes an unbounded source that never reads anything.
+	Silent bool `yaml:"silent"`
 }
 
 func (c *seqSourceConfig) Validate() error { return nil }
@@ -47,6 +49,10 @@ func (s *seqSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
 func (s *seqSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s.cfg.Silent {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	for range 100 {
 		if !s.cfg.Forever && s.next >= s.cfg.Count {
@@ -196,6 +202,28 @@ func (c *whereConfig) Validate() error {
 }
 func (c *whereConfig) NewOperator() (pipeline.Operator, error) { return &passOp{}, nil }
 
+// wmLog passes records on and emits {"wm": W} at every watermark it sees.
+type wmLogConfig struct {
+	Log bool `yaml:"wmlog"`
+}
+
+func (c *wmLogConfig) Validate() error                         { return nil }
+func (c *wmLogConfig) NewOperator() (pipeline.Operator, error) { return &wmLogOp{}, nil }
+
+type wmLogOp struct{}
+
+func (o *wmLogOp) Open(context.Context, *pipeline.OperatorContext) error { return nil }
+func (o *wmLogOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	for _, r := range in {
+		r.Fields["ts"] = r.Time
+	}
+	return out.Emit(in)
+}
+func (o *wmLogOp) OnWatermark(wm int64, out pipeline.Emitter) error {
+	return out.Emit([]pipeline.Record{pipeline.NewRecord(map[string]any{"wm": wm})})
+}
+func (o *wmLogOp) Close() error { return nil }
+
 func testEnv() *pipeline.Env {
 	env := pipeline.NewEnv()
 	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
@@ -203,6 +231,7 @@ func testEnv() *pipeline.Env {
 	env.RegisterStep(pipeline.StepPlugin{Kind: "keyed", New: func() pipeline.StepConfig { return &keyStepConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "pass", New: func() pipeline.StepConfig { return &passConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "where", New: func() pipeline.StepConfig { return &whereConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "wmlog", New: func() pipeline.StepConfig { return &wmLogConfig{} }})
 	return env
 }
 

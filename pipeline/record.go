@@ -62,6 +62,10 @@ const (
 	ControlBarrier
 	// ControlEndOfInput says the channel carries nothing more.
 	ControlEndOfInput
+	// ControlIdle says the channel carries no records for a while: its
+	// watermark stops holding back the receiver's until it carries a record
+	// or watermark again.
+	ControlIdle
 )
 
 func (k ControlKind) String() string {
@@ -72,6 +76,8 @@ func (k ControlKind) String() string {
 		return "barrier"
 	case ControlEndOfInput:
 		return "end-of-input"
+	case ControlIdle:
+		return "idle"
 	}
 	return "unknown"
 }

@@ -55,9 +55,14 @@ type SourceSpec struct {
 	ID          string
 	Type        string
 	Parallelism int
-	Config      SourceConfig
-	Pos         Pos
-	node        *yaml.Node
+	// EventTime computes a record's event time; nil: processing time.
+	EventTime *Expr
+	Watermark WatermarkSpec
+	// OnError applies to records whose event time fails.
+	OnError OnError
+	Config  SourceConfig
+	Pos     Pos
+	node    *yaml.Node
 }
 
 // StepSpec is one entry of `steps:`.
@@ -100,9 +105,12 @@ type (
 		Sinks          []yaml.Node `yaml:"sinks" eddy:"required"`
 	}
 	sourceCommon struct {
-		ID          string `yaml:"id"`
-		Type        string `yaml:"type" eddy:"required"`
-		Parallelism int    `yaml:"parallelism"`
+		ID          string        `yaml:"id"`
+		Type        string        `yaml:"type" eddy:"required"`
+		Parallelism int           `yaml:"parallelism"`
+		EventTime   Expr          `yaml:"event_time"`
+		Watermark   WatermarkSpec `yaml:"watermark"`
+		OnError     OnError       `yaml:"on_error"`
 	}
 	stepCommon struct {
 		ID          string     `yaml:"id"`
@@ -301,8 +309,12 @@ func (p *problems) loadSource(env *Env, spec *Spec, n *yaml.Node, i int) *Source
 		return nil
 	}
 	ownNode, rest := split(n, Keys(sourceCommon{}))
-	c := sourceCommon{Parallelism: spec.Parallelism}
+	c := sourceCommon{Parallelism: spec.Parallelism, OnError: OnErrorSkip, Watermark: WatermarkSpec{Interval: Duration(DefaultWatermarkInterval)}}
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), fmt.Sprintf("sources[%d]", i))
+	p.compileExprs(&c)
+	if _, v := mappingValue(n, "watermark"); v != nil && !c.EventTime.IsSet() {
+		p.at(v, "watermark needs event_time: without it the source runs in processing time")
+	}
 	if c.ID == "" {
 		c.ID = fmt.Sprintf("source_%d", i+1)
 	}
@@ -326,7 +338,12 @@ func (p *problems) loadSource(env *Env, spec *Spec, n *yaml.Node, i int) *Source
 		}
 		c.Parallelism = mp.MaxParallelism()
 	}
-	return &SourceSpec{ID: c.ID, Type: c.Type, Parallelism: c.Parallelism, Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+	s := &SourceSpec{ID: c.ID, Type: c.Type, Parallelism: c.Parallelism, Watermark: c.Watermark, OnError: c.OnError,
+		Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+	if c.EventTime.IsSet() {
+		s.EventTime = &c.EventTime
+	}
+	return s
 }
 
 // loadConfig decodes a component's own keys, compiles its expressions and validates it.

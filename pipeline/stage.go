@@ -15,8 +15,11 @@ type stage struct {
 	op   Operator
 	wmh  WatermarkHandler
 	fin  Finisher
-	sink Sink
-	src  Source
+	pth  ProcessingTimeHandler
+	// wakeAt is the processing time the operator asked to be called at (0: none).
+	wakeAt int64
+	sink   Sink
+	src    Source
 	// out is the node's main output: chained children, then writers.
 	out   Emitter
 	sides map[string]Emitter
@@ -62,6 +65,7 @@ func newStage(n *Node, info SubtaskInfo) (*stage, error) {
 		s.op, err = n.Step.Config.NewOperator()
 		s.wmh, _ = s.op.(WatermarkHandler)
 		s.fin, _ = s.op.(Finisher)
+		s.pth, _ = s.op.(ProcessingTimeHandler)
 	case SinkNode:
 		s.sink, err = n.Sink.Config.NewSink()
 	}
@@ -72,7 +76,7 @@ func newStage(n *Node, info SubtaskInfo) (*stage, error) {
 }
 
 // open opens the stage's operator or sink (sources open in the task).
-func (s *stage) open(ctx context.Context) error {
+func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 	s.ctx = ctx
 	switch {
 	case s.op != nil:
@@ -80,6 +84,8 @@ func (s *stage) open(ctx context.Context) error {
 			SubtaskInfo: s.info,
 			Errors:      NewErrorHandler(s.info, s.node.Step.OnError, s.side(ErrorsStream)),
 			Side:        s.side,
+			Now:         nowMillis,
+			WakeAt:      wakeAt,
 		}
 		if err := s.op.Open(ctx, oc); err != nil {
 			return fmt.Errorf("open step %q: %w", s.node.ID, err)

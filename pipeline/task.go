@@ -28,6 +28,7 @@ type input struct {
 	wm      int64
 	ended   bool
 	blocked bool
+	idle    bool
 	// barrier is true once the current checkpoint's barrier arrived here.
 	barrier bool
 }
@@ -49,11 +50,22 @@ type task struct {
 	wmGauge prometheus.Gauge
 	flush   *time.Timer
 	armed   bool
+	// idle is true while the task told its receivers it is idle.
+	idle bool
+
+	// Processing-time timers: the earliest wake-up any stage asked for.
+	wake   *time.Timer
+	wakeAt int64
 
 	// Barrier alignment: the checkpoint being aligned (ID 0 when none).
 	aligning Barrier
 	// position is the source head's position after the last emitted record.
 	position []byte
+	// Event time of a source head: its watermark generator, VM and the
+	// on_error policy for records whose timestamp fails.
+	wmGen   *watermarks
+	vm      VM
+	srcErrs *ErrorHandler
 }
 
 func (t *task) run(ctx context.Context) (err error) {
@@ -62,6 +74,9 @@ func (t *task) run(ctx context.Context) (err error) {
 	t.flush = time.NewTimer(time.Hour)
 	t.flush.Stop()
 	defer t.flush.Stop()
+	t.wake = time.NewTimer(time.Hour)
+	t.wake.Stop()
+	defer t.wake.Stop()
 	// Open sinks first so that nothing is emitted into an unopened stage.
 	opened := []*stage{}
 	defer func() {
@@ -75,7 +90,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		if s.src != nil {
 			continue
 		}
-		if err := s.open(ctx); err != nil {
+		if err := s.open(ctx, t.wakeAtFunc(s)); err != nil {
 			return err
 		}
 		opened = append(opened, s)
@@ -131,6 +146,7 @@ func (t *task) advance(wm int64) error {
 		return nil
 	}
 	t.wm = wm
+	t.idle = false
 	for _, s := range t.stages {
 		if s.wmh != nil {
 			if err := s.wmh.OnWatermark(wm, s.out); err != nil {
@@ -227,16 +243,25 @@ func (t *task) runSource(ctx context.Context) error {
 	}()
 	stop := t.job.stop
 	stopping := false
+	src := t.head.node.Source
+	var tick <-chan time.Time
+	if src.EventTime != nil {
+		t.wmGen = newWatermarks(src.Watermark)
+		if iv := src.Watermark.Interval.D(); iv > 0 {
+			ticker := time.NewTicker(iv)
+			defer ticker.Stop()
+			tick = ticker.C
+		}
+	}
+	t.srcErrs = NewErrorHandler(t.head.info, src.OnError, t.head.side(ErrorsStream))
 	for {
 		select {
 		case rb, ok := <-batches:
 			if !ok {
 				return t.endSource(ctx, readErr, stopping)
 			}
-			if len(rb.Records) > 0 {
-				if err := t.head.out.Emit(rb.Records); err != nil {
-					return err
-				}
+			if err := t.emitRead(rb); err != nil {
+				return err
 			}
 			if rb.Position != nil {
 				t.position = append(t.position[:0], rb.Position...)
@@ -245,6 +270,11 @@ func (t *task) runSource(ctx context.Context) error {
 			select {
 			case free <- rb:
 			default:
+			}
+			t.armFlush()
+		case now := <-tick:
+			if err := t.emitWatermark(now); err != nil {
+				return err
 			}
 			t.armFlush()
 		case m := <-t.mailbox:
@@ -258,6 +288,11 @@ func (t *task) runSource(ctx context.Context) error {
 			if err := t.flushWriters(); err != nil {
 				return err
 			}
+		case <-t.wake.C:
+			if err := t.onWake(); err != nil {
+				return err
+			}
+			t.armFlush()
 		case <-stop:
 			// Stop reading; what the reader already read still drains.
 			stopping, stop = true, nil
@@ -266,6 +301,70 @@ func (t *task) runSource(ctx context.Context) error {
 			return context.Canceled
 		}
 	}
+}
+
+// emitRead assigns event times to what the reader read and emits it; with
+// watermark.interval 0 a watermark follows every record.
+func (t *task) emitRead(rb *ReadBatch) error {
+	recs := rb.Records
+	et := t.head.node.Source.EventTime
+	if et != nil {
+		perRecord := t.head.node.Source.Watermark.Interval == 0
+		now := time.Now()
+		n := 0
+		for _, r := range recs {
+			v, err := t.vm.Eval(et, r.Fields)
+			var ts int64
+			if err == nil {
+				ts, err = eventTime(v)
+			}
+			if err != nil {
+				if herr := t.srcErrs.Handle(r, err); herr != nil {
+					return herr
+				}
+				continue
+			}
+			r.Time = ts
+			t.wmGen.observe(rb.Split, ts, now)
+			if perRecord {
+				if err := t.head.out.Emit([]Record{r}); err != nil {
+					return err
+				}
+				if err := t.emitWatermark(now); err != nil {
+					return err
+				}
+				continue
+			}
+			recs[n] = r
+			n++
+		}
+		if perRecord {
+			recs = recs[:0]
+		} else {
+			recs = recs[:n]
+		}
+		if rb.SplitDone {
+			t.wmGen.split(rb.Split).done = true
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	t.idle = false
+	return t.head.out.Emit(recs)
+}
+
+// emitWatermark emits the source's current watermark, or idleness.
+func (t *task) emitWatermark(now time.Time) error {
+	wm, idle := t.wmGen.current(now)
+	if idle {
+		return t.markIdle()
+	}
+	if wm <= t.wm {
+		return nil
+	}
+	t.wmGen.emitted = wm
+	return t.advance(wm)
 }
 
 func (t *task) endSource(ctx context.Context, readErr error, stopping bool) error {
@@ -283,7 +382,7 @@ func (t *task) endSource(ctx context.Context, readErr error, stopping bool) erro
 	return t.finish(ctx)
 }
 
-const fixedCases = 3 // mailbox, flush timer, cancel
+const fixedCases = 4 // mailbox, flush timer, cancel, processing-time wake-up
 
 // runInputs runs a task whose head reads from channels.
 func (t *task) runInputs(ctx context.Context) error {
@@ -291,6 +390,7 @@ func (t *task) runInputs(ctx context.Context) error {
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.mailbox)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.flush.C)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.job.cancel)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.wake.C)},
 	}
 	var active []*input
 	rebuild := func() {
@@ -317,10 +417,17 @@ func (t *task) runInputs(ctx context.Context) error {
 			continue
 		case 2:
 			return context.Canceled
+		case 3:
+			if err := t.onWake(); err != nil {
+				return err
+			}
+			t.armFlush()
+			continue
 		}
 		in := active[chosen-fixedCases]
 		b := v.Interface().(Batch)
 		if len(b.Records) > 0 {
+			in.idle = false
 			recs := b.Records
 			if keyedHead {
 				var err error
@@ -382,15 +489,17 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 	switch c.Kind {
 	case ControlWatermark:
 		in.wm = max(in.wm, c.Watermark)
-		return false, t.advance(t.inputWatermark())
+		in.idle = false
+		return false, t.updateWatermark()
+	case ControlIdle:
+		in.idle = true
+		return false, t.updateWatermark()
 	case ControlBarrier:
 		return t.onBarrier(ctx, in, c.Barrier)
 	case ControlEndOfInput:
 		in.ended = true
-		if !t.allEnded() {
-			if err := t.advance(t.inputWatermark()); err != nil {
-				return true, err
-			}
+		if err := t.updateWatermark(); err != nil {
+			return true, err
 		}
 		if t.aligning.ID != 0 {
 			_, err := t.maybeAligned(ctx)
@@ -401,15 +510,29 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 	return false, fmt.Errorf("unknown control event %d", c.Kind)
 }
 
-// inputWatermark is the minimum watermark over the inputs still open.
-func (t *task) inputWatermark() int64 {
-	wm := MaxWatermark
+// inputWatermark is the minimum watermark over the inputs that are open and
+// not idle; active is false when every open input is idle.
+func (t *task) inputWatermark() (wm int64, active bool) {
+	wm = MaxWatermark
 	for _, in := range t.inputs {
-		if !in.ended {
-			wm = min(wm, in.wm)
+		if !in.ended && !in.idle {
+			wm, active = min(wm, in.wm), true
 		}
 	}
-	return wm
+	return wm, active
+}
+
+// updateWatermark advances to the input watermark, or goes idle when every
+// open input is idle.
+func (t *task) updateWatermark() error {
+	wm, active := t.inputWatermark()
+	if !active {
+		if t.allEnded() {
+			return nil
+		}
+		return t.markIdle()
+	}
+	return t.advance(wm)
 }
 
 // onBarrier aligns checkpoint barriers (DESIGN.md §2): in exactly-once mode
@@ -453,4 +576,61 @@ func (t *task) maybeAligned(ctx context.Context) (bool, error) {
 		in.barrier, in.blocked = false, false
 	}
 	return true, t.checkpoint(ctx, b)
+}
+
+// nowMillis is the processing time in epoch ms.
+func nowMillis() int64 { return time.Now().UnixMilli() }
+
+// wakeAtFunc returns the WakeAt of stage s: it keeps s's earliest request
+// and arms the task's timer for the earliest of all stages.
+func (t *task) wakeAtFunc(s *stage) func(int64) {
+	return func(at int64) {
+		if s.wakeAt == 0 || at < s.wakeAt {
+			s.wakeAt = at
+		}
+		t.scheduleWake()
+	}
+}
+
+func (t *task) scheduleWake() {
+	next := int64(0)
+	for _, s := range t.stages {
+		if s.wakeAt != 0 && (next == 0 || s.wakeAt < next) {
+			next = s.wakeAt
+		}
+	}
+	if next == t.wakeAt {
+		return
+	}
+	t.wakeAt = next
+	if next == 0 {
+		t.wake.Stop()
+		return
+	}
+	t.wake.Reset(time.Duration(max(next-nowMillis(), 0)) * time.Millisecond)
+}
+
+// onWake calls the processing-time handlers whose time has come.
+func (t *task) onWake() error {
+	now := nowMillis()
+	t.wakeAt = 0
+	for _, s := range t.stages {
+		if s.pth != nil && s.wakeAt != 0 && s.wakeAt <= now {
+			s.wakeAt = 0
+			if err := s.pth.OnProcessingTime(now, s.out); err != nil {
+				return fmt.Errorf("step %q at processing time %d: %w", s.node.ID, now, err)
+			}
+		}
+	}
+	t.scheduleWake()
+	return nil
+}
+
+// markIdle tells the receivers that this task carries nothing for a while.
+func (t *task) markIdle() error {
+	if t.idle {
+		return nil
+	}
+	t.idle = true
+	return t.broadcast(&Control{Kind: ControlIdle})
 }

@@ -39,6 +39,7 @@ func (p *problems) wire(spec *Spec, root *yaml.Node) {
 	}
 	for _, s := range spec.Sources {
 		claim(s.ID, s.node, StreamRef{Node: s.ID})
+		streams[s.ID+"."+ErrorsStream] = StreamRef{Node: s.ID, Side: ErrorsStream}
 	}
 	for _, s := range spec.Steps {
 		claim(s.ID, s.node, StreamRef{Node: s.ID})
@@ -126,12 +127,18 @@ func (p *problems) checkDeadLetters(spec *Spec) {
 			read[in] = true
 		}
 	}
-	for _, s := range spec.Steps {
-		errs := StreamRef{Node: s.ID, Side: ErrorsStream}
-		if s.OnError == OnErrorDeadLetter && !read[errs] {
-			_, v := mappingValue(s.node, "on_error")
-			p.at(v, "step %q: on_error: dead_letter, but no step or sink reads %q; add a sink with from: %s", s.ID, errs, errs)
+	check := func(kind, id string, policy OnError, n *yaml.Node) {
+		errs := StreamRef{Node: id, Side: ErrorsStream}
+		if policy == OnErrorDeadLetter && !read[errs] {
+			_, v := mappingValue(n, "on_error")
+			p.at(v, "%s %q: on_error: dead_letter, but no step or sink reads %q; add a sink with from: %s", kind, id, errs, errs)
 		}
+	}
+	for _, s := range spec.Sources {
+		check("source", s.ID, s.OnError, s.node)
+	}
+	for _, s := range spec.Steps {
+		check("step", s.ID, s.OnError, s.node)
 	}
 }
 

@@ -1,0 +1,12 @@
+// Package all registers every connector of eddy in pipeline.Default; the
+// CLI imports it for its side effects.
+package all
+
+import (
+	// Each connector registers its sources and sinks in init().
+	_ "github.com/eddy-stream/eddy/connectors/blackhole"
+	_ "github.com/eddy-stream/eddy/connectors/file"
+	_ "github.com/eddy-stream/eddy/connectors/generator"
+	_ "github.com/eddy-stream/eddy/connectors/socket"
+	_ "github.com/eddy-stream/eddy/connectors/stdio"
+)

@@ -1,0 +1,55 @@
+package all
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+func TestEverythingIsRegistered(t *testing.T) {
+	require.Subset(t, pipeline.Default.SourceTypes(), []string{"file", "generator", "socket", "stdin"})
+	require.Subset(t, pipeline.Default.SinkTypes(), []string{"blackhole", "file", "stdout"})
+}
+
+// TestLoadPipeline loads a pipeline file that uses every connector.
+func TestLoadPipeline(t *testing.T) {
+	yaml := `version: 1
+name: all-connectors
+parallelism: 2
+sources:
+  - id: gen
+    type: generator
+    count: 100
+    fields:
+      id: i
+      temp: rand_normal(20, 5)
+  - id: files
+    type: file
+    path: data/*.jsonl
+  - id: in
+    type: stdin
+    parallelism: 1
+  - id: sock
+    type: socket
+    address: localhost:9000
+    parallelism: 1
+sinks:
+  - id: out
+    from: gen
+    type: file
+    path: out/
+  - id: print
+    from: in
+    type: stdout
+    parallelism: 1
+  - id: drop
+    from: [files, sock]
+    type: blackhole
+`
+	spec, err := pipeline.Load(pipeline.Default, "all.yaml", []byte(yaml))
+	require.NoError(t, err)
+	require.Len(t, spec.Sources, 4)
+	require.Len(t, spec.Sinks, 3)
+}

@@ -1,0 +1,248 @@
+package codec
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+func TestJSONDecoder(t *testing.T) {
+	tests := []struct {
+		line    string
+		want    map[string]any
+		wantErr string
+	}{
+		{`{"id":1,"s":"x","l":[1,"a",null],"m":{"k":true}}`, map[string]any{"id": 1.0, "s": "x", "l": []any{1.0, "a", nil}, "m": map[string]any{"k": true}}, ""},
+		{"  {\"a\":1}\t", map[string]any{"a": 1.0}, ""},
+		{`{}`, map[string]any{}, ""},
+		{"", nil, ""},
+		{"   ", nil, ""},
+		{`null`, nil, `invalid JSON: a line must be a JSON object, not "null"`},
+		{`[1,2]`, nil, `invalid JSON: a line must be a JSON object, not "[1,2]"`},
+		{`3`, nil, `a line must be a JSON object`},
+		{`{"a":1} x`, nil, `invalid JSON: invalid character 'x' after top-level value`},
+		{`{"a":`, nil, `invalid JSON: unexpected end of JSON input`},
+		{`{"a":"x`, nil, `unexpected end of JSON input`},
+		{`{"a":1,}`, nil, `invalid JSON:`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			got, err := JSONDecoder{}.Decode([]byte(tt.line))
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Nil(t, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestTextDecoder(t *testing.T) {
+	for _, line := range []string{"hello world", "", "  {not json"} {
+		got, err := TextDecoder{}.Decode([]byte(line))
+		require.NoError(t, err)
+		require.Equal(t, map[string]any{"line": line}, got)
+	}
+}
+
+func TestCSVDecoder(t *testing.T) {
+	tests := []struct {
+		name    string
+		comma   byte
+		lines   []string
+		want    []map[string]any
+		wantErr string
+	}{
+		{name: "header then rows", comma: ',', lines: []string{"id,name,temp", "1,a,21.5", "", "2,b,"},
+			want: []map[string]any{{"id": "1", "name": "a", "temp": "21.5"}, {"id": "2", "name": "b", "temp": ""}}},
+		{name: "quotes", comma: ',', lines: []string{`a,"b c"`, `"x,y","say ""hi"""`, "\"multi\r\nline\",\"\""},
+			want: []map[string]any{{"a": "x,y", "b c": `say "hi"`}, {"a": "multi\nline", "b c": ""}}},
+		{name: "semicolon", comma: ';', lines: []string{"a;b", "1,5;2"}, want: []map[string]any{{"a": "1,5", "b": "2"}}},
+		{name: "literal quote in unquoted field", comma: ',', lines: []string{"a,b", `5" pipe,x`}, want: []map[string]any{{"a": `5" pipe`, "b": "x"}}},
+		{name: "too many fields", comma: ',', lines: []string{"a,b", "1,2,3"}, wantErr: "invalid CSV: the record has 3 fields, the header has 2"},
+		{name: "too few fields", comma: ',', lines: []string{"a,b", "1"}, wantErr: "the record has 1 fields"},
+		{name: "unclosed quote", comma: ',', lines: []string{"a", `"abc`}, wantErr: "a quoted field is not closed"},
+		{name: "junk after quote", comma: ',', lines: []string{"a,b", `"x"y,1`}, wantErr: `unexpected 'y' after a quoted field`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := NewDecoder(CSV, tt.comma)
+			var got []map[string]any
+			var err error
+			for _, l := range tt.lines {
+				var m map[string]any
+				if m, err = d.Decode([]byte(l)); err != nil {
+					break
+				}
+				if m != nil {
+					got = append(got, m)
+				}
+			}
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestDecodeAllKeepsOrder(t *testing.T) {
+	var lines [][]byte
+	for i := range 5000 {
+		if i%1000 == 7 {
+			lines = append(lines, []byte("oops"))
+			continue
+		}
+		lines = append(lines, fmt.Appendf(nil, `{"i":%d}`, i))
+	}
+	for _, workers := range []int{1, 2, 3, 8} {
+		out := make([]map[string]any, len(lines))
+		errs := make([]error, len(lines))
+		DecodeAll(JSONDecoder{}, lines, out, errs, workers)
+		for i := range lines {
+			if i%1000 == 7 {
+				require.Error(t, errs[i])
+				require.Nil(t, out[i])
+				continue
+			}
+			require.NoError(t, errs[i])
+			require.Equal(t, float64(i), out[i]["i"], "workers=%d line %d", workers, i)
+		}
+	}
+}
+
+func TestOnErrorYAML(t *testing.T) {
+	var cfg struct {
+		OnError OnError `yaml:"on_decode_error"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte("on_decode_error: skip"), &cfg))
+	require.Equal(t, OnErrorSkip, cfg.OnError)
+	require.NoError(t, yaml.Unmarshal([]byte("on_decode_error: fail"), &cfg))
+	require.Equal(t, OnErrorFail, cfg.OnError)
+	require.ErrorContains(t, yaml.Unmarshal([]byte("on_decode_error: dead_letter"), &cfg), "on_decode_error must be fail or skip")
+}
+
+func TestOptionsValidate(t *testing.T) {
+	d := DefaultDecodeOptions(JSON)
+	require.NoError(t, d.Validate())
+	d.Format, d.CSVDelimiter = "xml", ";;"
+	err := d.Validate()
+	require.ErrorContains(t, err, `format: must be json, csv or text, not "xml"`)
+	require.ErrorContains(t, err, "csv_delimiter: must be one ASCII character")
+
+	e := DefaultEncodeOptions()
+	require.NoError(t, e.Validate())
+	e.Format = CSV
+	require.ErrorContains(t, e.Validate(), "columns: format csv needs the list of columns")
+	e.Columns = []string{"a", "a"}
+	require.ErrorContains(t, e.Validate(), `column "a" is listed twice`)
+	e = DefaultEncodeOptions()
+	e.Columns = []string{"a"}
+	require.ErrorContains(t, e.Validate(), "columns: only applies to format csv")
+	e.Format = Text
+	require.ErrorContains(t, e.Validate(), `format: must be json or csv`)
+}
+
+// readAll drains a LineReader the way the sources do.
+func readAll(t *testing.T, lr *LineReader) (lines []string, nums []int, offsets []int64) {
+	t.Helper()
+	eof := false
+	for {
+		line, no, ok := lr.Next(eof)
+		if ok {
+			lines = append(lines, string(line))
+			nums = append(nums, no)
+			offsets = append(offsets, lr.Offset())
+			continue
+		}
+		if eof {
+			return
+		}
+		if _, err := lr.Fill(); err == io.EOF {
+			eof = true
+		} else {
+			require.NoError(t, err)
+		}
+	}
+}
+
+func TestLineReader(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	tests := []struct {
+		name    string
+		input   string
+		csv     bool
+		lines   []string
+		nums    []int
+		offsets []int64
+	}{
+		{name: "lines", input: "a\nbb\n\nccc", lines: []string{"a", "bb", "", "ccc"}, nums: []int{1, 2, 3, 4}, offsets: []int64{2, 5, 6, 9}},
+		{name: "crlf", input: "a\r\nb\r\n", lines: []string{"a", "b"}, nums: []int{1, 2}, offsets: []int64{3, 6}},
+		{name: "bom", input: "\xef\xbb\xbf{}\n{}\n", lines: []string{"{}", "{}"}, nums: []int{1, 2}, offsets: []int64{6, 9}},
+		{name: "bom only at the start", input: "a\n\xef\xbb\xbfb\n", lines: []string{"a", "\xef\xbb\xbfb"}, nums: []int{1, 2}, offsets: []int64{2, 7}},
+		{name: "short input", input: "\xef\xbb", lines: []string{"\xef\xbb"}, nums: []int{1}, offsets: []int64{2}},
+		{name: "long line grows the buffer", input: "a\n" + long + "\nb\n", lines: []string{"a", long, "b"}, nums: []int{1, 2, 3}, offsets: []int64{2, 100_003, 100_005}},
+		{name: "csv quoted line breaks", csv: true, input: "a,b\n\"x\ny\",1\n\"\"\"q\"\"\n\",2\nlast,3", lines: []string{"a,b", "\"x\ny\",1", "\"\"\"q\"\"\n\",2", "last,3"}, nums: []int{1, 2, 4, 6}, offsets: []int64{4, 12, 23, 29}},
+		{name: "not csv: quotes do not join", input: "\"a\nb\"\n", lines: []string{`"a`, `b"`}, nums: []int{1, 2}, offsets: []int64{3, 6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A one-byte reader and a tiny buffer exercise every refill path.
+			for _, r := range []io.Reader{strings.NewReader(tt.input), iotest.OneByteReader(strings.NewReader(tt.input))} {
+				lr := NewLineReader(r, 0, 1, tt.csv, 4)
+				lines, nums, offsets := readAll(t, lr)
+				require.Equal(t, tt.lines, lines)
+				require.Equal(t, tt.nums, nums)
+				require.Equal(t, tt.offsets, offsets)
+			}
+		})
+	}
+}
+
+func TestLineReaderResume(t *testing.T) {
+	input := "l1\nl2\nl3\nl4\n"
+	lr := NewLineReader(strings.NewReader(input), 0, 1, false, 0)
+	_, err := lr.Fill()
+	require.NoError(t, err)
+	_, _, _ = lr.Next(false)
+	_, _, _ = lr.Next(false)
+	off, line := lr.Offset(), lr.Line()
+	require.Equal(t, int64(6), off)
+	require.Equal(t, 3, line)
+
+	lr2 := NewLineReader(bytes.NewReader([]byte(input[off:])), off, line, false, 0)
+	lines, nums, offsets := readAll(t, lr2)
+	require.Equal(t, []string{"l3", "l4"}, lines)
+	require.Equal(t, []int{3, 4}, nums)
+	require.Equal(t, []int64{9, 12}, offsets)
+}
+
+func TestLineReaderPartialLineWaits(t *testing.T) {
+	r, w := io.Pipe()
+	lr := NewLineReader(r, 0, 1, false, 0)
+	go func() {
+		_, _ = w.Write([]byte("complete\npart"))
+		_, _ = w.Write([]byte("ial\n"))
+		_ = w.Close()
+	}()
+	var got []string
+	for len(got) < 2 {
+		if line, _, ok := lr.Next(false); ok {
+			got = append(got, string(line))
+			continue
+		}
+		_, err := lr.Fill()
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"complete", "partial"}, got)
+}

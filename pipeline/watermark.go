@@ -1,0 +1,120 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// WatermarkSpec is a source's `watermark:` block.
+type WatermarkSpec struct {
+	// MaxOutOfOrderness B: W = max_seen_ts - B - 1 (0: ascending timestamps).
+	MaxOutOfOrderness Duration `yaml:"max_out_of_orderness"`
+	// Interval between watermarks; 0 emits one after every record.
+	Interval Duration `yaml:"interval"`
+	// IdleTimeout marks a split idle after this long without records, so it
+	// stops holding the watermark back (0: never).
+	IdleTimeout Duration `yaml:"idle_timeout"`
+}
+
+// DefaultWatermarkInterval is the default watermark.interval.
+const DefaultWatermarkInterval = 200 * time.Millisecond
+
+// splitClock is the watermark state of one split of a source subtask.
+type splitClock struct {
+	maxTs      int64
+	lastRecord time.Time
+	done       bool
+}
+
+// watermarks generates a source subtask's watermark from per-split bounded
+// out-of-orderness: the minimum over splits that are neither done nor idle.
+type watermarks struct {
+	bound   int64
+	idle    time.Duration
+	splits  map[int]*splitClock
+	emitted int64
+	// started is when the source opened: a source that never read a
+	// record is idle once idle timeout passed since.
+	started time.Time
+}
+
+func newWatermarks(w WatermarkSpec) *watermarks {
+	return &watermarks{bound: w.MaxOutOfOrderness.Millis(), idle: w.IdleTimeout.D(), splits: map[int]*splitClock{},
+		emitted: MinWatermark, started: time.Now()}
+}
+
+func (g *watermarks) split(i int) *splitClock {
+	s, ok := g.splits[i]
+	if !ok {
+		s = &splitClock{maxTs: MinWatermark}
+		g.splits[i] = s
+	}
+	return s
+}
+
+// observe records an event timestamp of split i read at now.
+func (g *watermarks) observe(i int, ts int64, now time.Time) {
+	s := g.split(i)
+	s.maxTs = max(s.maxTs, ts)
+	s.lastRecord = now
+}
+
+// current returns the watermark the splits allow at now, and whether every
+// open split is idle (then the returned watermark is meaningless).
+func (g *watermarks) current(now time.Time) (wm int64, idle bool) {
+	wm, active := int64(math.MaxInt64), 0
+	for _, s := range g.splits {
+		if s.done || (g.idle > 0 && now.Sub(s.lastRecord) >= g.idle) {
+			continue
+		}
+		active++
+		if s.maxTs == MinWatermark {
+			wm = MinWatermark
+			continue
+		}
+		wm = min(wm, s.maxTs-g.bound-1)
+	}
+	if active == 0 {
+		// All splits done (more may come) or idle: hold at what was emitted.
+		if len(g.splits) == 0 {
+			return g.emitted, g.idle > 0 && now.Sub(g.started) >= g.idle
+		}
+		return g.emitted, g.idle > 0
+	}
+	return wm, false
+}
+
+// eventTime converts the result of an event_time expression to epoch ms.
+func eventTime(v any) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case int32:
+		return int64(x), nil
+	case uint64:
+		if x > math.MaxInt64 {
+			break
+		}
+		return int64(x), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) || x > math.MaxInt64 || x < math.MinInt64 {
+			break
+		}
+		return int64(x), nil
+	case time.Time:
+		return x.UnixMilli(), nil
+	case string:
+		t, err := time.Parse(time.RFC3339Nano, x)
+		if err != nil {
+			return 0, fmt.Errorf("event_time: %q is not an RFC 3339 timestamp (use ts_parse for other layouts)", x)
+		}
+		return t.UnixMilli(), nil
+	case nil:
+		return 0, errors.New("event_time: the record has no timestamp (the expression returned null)")
+	}
+	return 0, fmt.Errorf("event_time: %v (%T) is not a timestamp: return epoch milliseconds, a time or an RFC 3339 string", v, v)
+}
