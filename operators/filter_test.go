@@ -80,7 +80,7 @@ func TestFilterErrorText(t *testing.T) {
 	h := newHarness(t, stepYAML("filter: flag\n    on_error: fail"))
 	_, err := h.process(rec(fields{"flag": 1}))
 	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
-	require.EqualError(t, err, `record failed: step "s": filter expression "flag": invalid operation: bool(int) (1:1)`,
+	require.EqualError(t, err, `record failed in "s": filter expression "flag": invalid operation: bool(int) (1:1)`,
 		"one line: no source snippet")
 }
 

@@ -85,5 +85,5 @@ func TestFlatMapNotListError(t *testing.T) {
 	_, err := h.process(rec(fields{"items": "abc"}))
 	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	require.ErrorIs(t, err, ErrResultType)
-	require.EqualError(t, err, `record failed: step "s": expression returned the wrong type: flat_map expression "items" returned string, not a list`)
+	require.EqualError(t, err, `record failed in "s": expression returned the wrong type: flat_map expression "items" returned string, not a list`)
 }

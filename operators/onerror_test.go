@@ -44,7 +44,7 @@ func TestOnError(t *testing.T) {
 				switch policy {
 				case pipeline.OnErrorFail:
 					require.ErrorIs(t, err, pipeline.ErrRecordFailed)
-					require.EqualError(t, err, `record failed: step "s": `+k.errText)
+					require.EqualError(t, err, `record failed in "s": `+k.errText)
 					require.Empty(t, out.records, "a failing batch emits nothing")
 					require.Empty(t, h.dead.records)
 				case pipeline.OnErrorSkip:

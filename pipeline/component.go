@@ -103,6 +103,19 @@ type ReadBatch struct {
 	// SplitDone says the split ended after these records: it no longer
 	// holds the source's watermark back.
 	SplitDone bool
+	// Failed holds input that could not be decoded into records, in read
+	// order relative to each other. The runtime applies the source's
+	// on_error policy to each (fail, skip, or dead_letter to
+	// "<source>.errors").
+	Failed []FailedRecord
+}
+
+// FailedRecord is input a source could not turn into a record.
+type FailedRecord struct {
+	// Fields describe the input for the dead letter, e.g. {"raw": line}.
+	Fields map[string]any
+	// Err says where and why, e.g. "data.jsonl:3: invalid JSON: ...".
+	Err error
 }
 
 // Source is the runtime instance of a source on one subtask. Open and Close
@@ -111,7 +124,8 @@ type ReadBatch struct {
 // checkpoints or shutdown.
 type Source interface {
 	Open(ctx context.Context, sc *SourceContext) error
-	// Read blocks until it appended at least one record to b, the input ended
+	// Read blocks until it appended at least one record or failed record to
+	// b, advanced its position (b.Position, b.SplitDone), the input ended
 	// (io.EOF, with or without records), or ctx is done (ctx.Err()). It must
 	// return promptly once ctx is done.
 	Read(ctx context.Context, b *ReadBatch) error

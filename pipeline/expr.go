@@ -98,10 +98,12 @@ func (e *Expr) errorPos(err error, lines []string) (Pos, string) {
 	switch e.style {
 	case yaml.LiteralStyle, yaml.FoldedStyle:
 		// The content starts on the line after the indicator, indented.
+		// The block's indentation is that of its first content line.
+		first := e.pos.Line // 0-based index of the line after the indicator
 		pos.Line += fe.Line
 		pos.Col = 1 + fe.Column
-		if pos.Line-1 < len(lines) {
-			line := lines[pos.Line-1]
+		if first < len(lines) {
+			line := lines[first]
 			pos.Col += len(line) - len(strings.TrimLeft(line, " "))
 		}
 	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:

@@ -112,9 +112,14 @@ func (j *Job) fail(err error) {
 	j.cancelOnce.Do(func() { close(j.cancel) })
 }
 
-// Cancel stops the job at once, without draining.
+// Cancel stops the job at once, without draining. It does nothing once
+// the job ended.
 func (j *Job) Cancel() {
-	j.fail(context.Canceled)
+	select {
+	case <-j.done:
+	default:
+		j.fail(context.Canceled)
+	}
 }
 
 // Wait blocks until every task ended and returns the first failure.

@@ -58,6 +58,7 @@ type ErrorHandler struct {
 	count  prometheus.Counter
 	logger *slog.Logger
 	one    [1]Record
+	warned bool
 }
 
 // NewErrorHandler returns the handler of one subtask; dead is the emitter of
@@ -82,12 +83,18 @@ func (h *ErrorHandler) Handle(rec Record, err error) error {
 	}
 	switch h.Policy {
 	case OnErrorFail:
-		return fmt.Errorf("%w: step %q: %w", ErrRecordFailed, h.step, err)
+		return fmt.Errorf("%w in %q: %w", ErrRecordFailed, h.step, err)
 	case OnErrorDeadLetter:
 		h.one[0] = DeadLetter(h.step, rec, err)
 		return h.dead.Emit(h.one[:])
 	}
-	h.logger.Debug("record skipped", "step", h.step, "error", err)
+	if !h.warned {
+		h.warned = true
+		h.logger.Warn("skipping a record that failed (on_error: skip); later ones are logged at debug level and counted in eddy_record_errors_total",
+			"id", h.step, "error", err)
+		return nil
+	}
+	h.logger.Debug("record skipped", "id", h.step, "error", err)
 	return nil
 }
 

@@ -376,6 +376,18 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), fmt.Sprintf("steps[%d]", i))
 	switch len(kinds) {
 	case 0:
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			k := n.Content[j]
+			if slices.Contains(Keys(stepCommon{}), k.Value) {
+				continue
+			}
+			for _, kind := range env.StepKinds() {
+				if editDistance(k.Value, kind) <= 2 {
+					p.at(k, "steps[%d]: unknown step kind %q (did you mean %q?)", i, k.Value, kind)
+					return nil
+				}
+			}
+		}
 		p.at(n, "steps[%d] does nothing: give it one of %s", i, strings.Join(env.StepKinds(), ", "))
 		return nil
 	case 1:

@@ -18,8 +18,10 @@ type stage struct {
 	pth  ProcessingTimeHandler
 	// wakeAt is the processing time the operator asked to be called at (0: none).
 	wakeAt int64
-	sink   Sink
-	src    Source
+	// unflushed is true when the sink was written since its last flush.
+	unflushed bool
+	sink      Sink
+	src       Source
 	// out is the node's main output: chained children, then writers.
 	out   Emitter
 	sides map[string]Emitter
@@ -31,6 +33,7 @@ type stage struct {
 func (s *stage) Emit(b []Record) error {
 	s.in.Add(float64(len(b)))
 	if s.sink != nil {
+		s.unflushed = true
 		return s.sink.Write(s.ctx, b)
 	}
 	return s.op.Process(b, s.out)

@@ -106,24 +106,43 @@ func (t *task) run(ctx context.Context) (err error) {
 	return t.runInputs(ctx)
 }
 
-// armFlush starts the buffer timeout when records wait in output buffers.
+// armFlush starts the buffer timeout when records wait in output buffers
+// or in a sink's buffer.
 func (t *task) armFlush() {
 	if t.armed {
 		return
 	}
+	pending := false
 	for _, w := range t.writers {
-		if w.pending > 0 {
-			t.flush.Reset(t.job.plan.Spec.Runtime.BufferTimeout.D())
-			t.armed = true
-			return
-		}
+		pending = pending || w.pending > 0
+	}
+	for _, s := range t.stages {
+		pending = pending || s.unflushed
+	}
+	if pending {
+		t.flush.Reset(t.job.plan.Spec.Runtime.BufferTimeout.D())
+		t.armed = true
 	}
 }
 
-func (t *task) flushWriters() error {
+// flushBuffers sends partly filled batches and flushes sinks written since
+// their last flush, at the buffer timeout: a quiet stream still flows.
+func (t *task) flushBuffers(ctx context.Context) error {
 	for _, w := range t.writers {
 		if err := w.flush(); err != nil {
 			return err
+		}
+	}
+	return t.flushSinks(ctx)
+}
+
+func (t *task) flushSinks(ctx context.Context) error {
+	for _, s := range t.stages {
+		if s.sink != nil && s.unflushed {
+			s.unflushed = false
+			if err := s.sink.Flush(ctx); err != nil {
+				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
+			}
 		}
 	}
 	return nil
@@ -169,6 +188,7 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 	}
 	for _, s := range t.stages {
 		if s.sink != nil {
+			s.unflushed = false
 			if err := s.sink.Flush(ctx); err != nil {
 				return fmt.Errorf("sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
 			}
@@ -193,6 +213,7 @@ func (t *task) finish(ctx context.Context) error {
 			}
 		}
 		if s.sink != nil {
+			s.unflushed = false
 			if err := s.sink.Flush(ctx); err != nil {
 				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
 			}
@@ -223,12 +244,12 @@ func (t *task) runSource(ctx context.Context) error {
 			var rb *ReadBatch
 			select {
 			case rb = <-free:
-				rb.Records, rb.Position = rb.Records[:0], nil
+				rb.Records, rb.Position, rb.Failed, rb.SplitDone = rb.Records[:0], nil, rb.Failed[:0], false
 			default:
 				rb = &ReadBatch{Records: make([]Record, 0, t.job.plan.Spec.Runtime.BatchSize)}
 			}
 			err := t.head.src.Read(readCtx, rb)
-			if len(rb.Records) > 0 || rb.Position != nil {
+			if len(rb.Records) > 0 || len(rb.Failed) > 0 || rb.Position != nil || rb.SplitDone {
 				select {
 				case batches <- rb:
 				case <-quit:
@@ -267,6 +288,7 @@ func (t *task) runSource(ctx context.Context) error {
 				t.position = append(t.position[:0], rb.Position...)
 			}
 			clear(rb.Records)
+			clear(rb.Failed)
 			select {
 			case free <- rb:
 			default:
@@ -285,7 +307,7 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 		case <-t.flush.C:
 			t.armed = false
-			if err := t.flushWriters(); err != nil {
+			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
 		case <-t.wake.C:
@@ -306,6 +328,11 @@ func (t *task) runSource(ctx context.Context) error {
 // emitRead assigns event times to what the reader read and emits it; with
 // watermark.interval 0 a watermark follows every record.
 func (t *task) emitRead(rb *ReadBatch) error {
+	for _, f := range rb.Failed {
+		if err := t.srcErrs.Handle(Record{Fields: f.Fields, Time: NoTime}, f.Err); err != nil {
+			return err
+		}
+	}
 	recs := rb.Records
 	et := t.head.node.Source.EventTime
 	if et != nil {
@@ -411,7 +438,7 @@ func (t *task) runInputs(ctx context.Context) error {
 			continue // no mail for non-source tasks yet
 		case 1:
 			t.armed = false
-			if err := t.flushWriters(); err != nil {
+			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
 			continue

@@ -2,10 +2,7 @@ package codec
 
 import (
 	"errors"
-	"fmt"
 	"unicode/utf8"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -21,52 +18,17 @@ const (
 	Text Format = "text"
 )
 
-// OnError is a source's policy for input it cannot decode, the key
-// on_decode_error. (The common source key on_error is the runtime's, for
-// records whose event time fails.)
-type OnError int
-
-const (
-	// OnErrorFail fails the run with FILE:LINE and the reason (the default).
-	OnErrorFail OnError = iota
-	// OnErrorSkip drops the line, counts it in eddy_record_errors_total and
-	// logs it (the first one at warn level, later ones at debug level).
-	OnErrorSkip
-)
-
-func (o OnError) String() string {
-	if o == OnErrorSkip {
-		return "skip"
-	}
-	return "fail"
-}
-
-// UnmarshalYAML parses fail | skip.
-func (o *OnError) UnmarshalYAML(n *yaml.Node) error {
-	switch n.Value {
-	case "fail":
-		*o = OnErrorFail
-	case "skip":
-		*o = OnErrorSkip
-	default:
-		return fmt.Errorf("on_decode_error must be fail or skip, not %q", n.Value)
-	}
-	return nil
-}
-
 // DecodeOptions are the format keys of a source, inlined into its config.
 type DecodeOptions struct {
 	// Format is json, csv or text.
 	Format Format `yaml:"format"`
 	// CSVDelimiter is the field separator of csv, one character.
 	CSVDelimiter string `yaml:"csv_delimiter"`
-	// OnError is fail or skip.
-	OnError OnError `yaml:"on_decode_error"`
 }
 
 // DefaultDecodeOptions returns the defaults with the given format.
 func DefaultDecodeOptions(f Format) DecodeOptions {
-	return DecodeOptions{Format: f, CSVDelimiter: ",", OnError: OnErrorFail}
+	return DecodeOptions{Format: f, CSVDelimiter: ","}
 }
 
 // Validate checks the format keys; the errors are pipeline.FieldErr.

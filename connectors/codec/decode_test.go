@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,7 +10,8 @@ import (
 	"testing/iotest"
 
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
+
+	"github.com/eddy-stream/eddy/pipeline"
 )
 
 func TestJSONDecoder(t *testing.T) {
@@ -121,15 +123,96 @@ func TestDecodeAllKeepsOrder(t *testing.T) {
 	}
 }
 
-func TestOnErrorYAML(t *testing.T) {
-	var cfg struct {
-		OnError OnError `yaml:"on_decode_error"`
+func TestBatchDecoderFailedLines(t *testing.T) {
+	// Around 1000 lines so that json decodes on several workers too.
+	var lines [][]byte
+	var nums []int
+	for i := range 1000 {
+		line := fmt.Appendf(nil, `{"i":%d}`, i)
+		switch i {
+		case 3:
+			line = []byte(`{"i":`)
+		case 500:
+			line = []byte("nope")
+		case 998:
+			line = nil // blank: no record, no failure
+		}
+		lines = append(lines, line)
+		nums = append(nums, i+1)
 	}
-	require.NoError(t, yaml.Unmarshal([]byte("on_decode_error: skip"), &cfg))
-	require.Equal(t, OnErrorSkip, cfg.OnError)
-	require.NoError(t, yaml.Unmarshal([]byte("on_decode_error: fail"), &cfg))
-	require.Equal(t, OnErrorFail, cfg.OnError)
-	require.ErrorContains(t, yaml.Unmarshal([]byte("on_decode_error: dead_letter"), &cfg), "on_decode_error must be fail or skip")
+	for _, workers := range []int{1, 4} {
+		d := BatchDecoder{Workers: workers}
+		b := pipeline.ReadBatch{Records: []pipeline.Record{{Fields: map[string]any{"kept": true}}}}
+		require.Equal(t, 999, d.Decode(JSONDecoder{}, lines, nums, "in.jsonl", &b)) // 997 records, 2 failed
+		require.Len(t, b.Records, 1+997)
+		require.Equal(t, map[string]any{"kept": true}, b.Records[0].Fields)
+		want := 0
+		for _, r := range b.Records[1:] {
+			for want == 3 || want == 500 || want == 998 {
+				want++
+			}
+			require.Equal(t, map[string]any{"i": float64(want)}, r.Fields, "workers=%d", workers)
+			require.Equal(t, pipeline.NoTime, r.Time)
+			want++
+		}
+		require.Len(t, b.Failed, 2)
+		require.Equal(t, map[string]any{"raw": `{"i":`}, b.Failed[0].Fields)
+		require.EqualError(t, b.Failed[0].Err, "in.jsonl:4: invalid JSON: unexpected end of JSON input")
+		require.Equal(t, map[string]any{"raw": "nope"}, b.Failed[1].Fields)
+		require.EqualError(t, b.Failed[1].Err, `in.jsonl:501: invalid JSON: a line must be a JSON object, not "nope"`)
+	}
+
+	// The raw text is a copy: the lines' buffer may be reused.
+	buf := []byte("a,b\n1,\"x\ny\",3\n2,z")
+	lr := NewLineReader(bytes.NewReader(buf), 0, 1, true, 0)
+	_, err := lr.Fill()
+	require.NoError(t, err)
+	var recs [][]byte
+	for line, _, ok := lr.Next(true); ok; line, _, ok = lr.Next(true) {
+		recs = append(recs, line)
+	}
+	require.Len(t, recs, 3)
+	buf = lr.buf
+	var b pipeline.ReadBatch
+	var d BatchDecoder
+	require.Equal(t, 2, d.Decode(&CSVDecoder{Comma: ','}, recs, []int{1, 2, 4}, "stdin", &b))
+	clear(buf)
+	require.Equal(t, []map[string]any{{"a": "2", "b": "z"}}, []map[string]any{b.Records[0].Fields})
+	require.Equal(t, []pipeline.FailedRecord{{Fields: map[string]any{"raw": "1,\"x\ny\",3"}, Err: b.Failed[0].Err}}, b.Failed)
+	require.EqualError(t, b.Failed[0].Err, "stdin:2: invalid CSV: the record has 3 fields, the header has 2")
+}
+
+func TestBatchDecoderAllocations(t *testing.T) {
+	lines := [][]byte{nil, []byte("  "), nil}
+	nums := []int{1, 2, 3}
+	var d BatchDecoder
+	var b pipeline.ReadBatch
+	allocs := testing.AllocsPerRun(100, func() {
+		if d.Decode(JSONDecoder{}, lines, nums, "x", &b) != 0 {
+			t.Fatal("blank lines decoded to something")
+		}
+	})
+	require.Zero(t, allocs, "blank lines must not allocate")
+}
+
+func TestStreamFailedLines(t *testing.T) {
+	opts := DefaultDecodeOptions(JSON)
+	s := NewStream("stdin", StartLines(strings.NewReader("\nbad\n{\"a\":1}\n[2]\n"), false), &opts)
+	var b pipeline.ReadBatch
+	for {
+		err := s.Read(context.Background(), &b)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		require.True(t, len(b.Records) > 0 || len(b.Failed) > 0, "Read returned nothing")
+	}
+	require.Equal(t, []pipeline.Record{{Fields: map[string]any{"a": 1.0}, Time: pipeline.NoTime}}, b.Records)
+	require.Len(t, b.Failed, 2)
+	require.Equal(t, map[string]any{"raw": "bad"}, b.Failed[0].Fields)
+	require.EqualError(t, b.Failed[0].Err, `stdin:2: invalid JSON: a line must be a JSON object, not "bad"`)
+	require.Equal(t, map[string]any{"raw": "[2]"}, b.Failed[1].Fields)
+	require.EqualError(t, b.Failed[1].Err, `stdin:4: invalid JSON: a line must be a JSON object, not "[2]"`)
 }
 
 func TestOptionsValidate(t *testing.T) {

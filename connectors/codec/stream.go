@@ -94,12 +94,12 @@ type Stream struct {
 	Where   string
 	lines   *AsyncLines
 	dec     Decoder
-	decoder *BatchDecoder
+	decoder BatchDecoder
 }
 
 // NewStream returns a stream reading lines from a, decoded with opts.
-func NewStream(where string, a *AsyncLines, opts *DecodeOptions, info pipeline.SubtaskInfo) *Stream {
-	return &Stream{Where: where, lines: a, dec: opts.NewDecoder(), decoder: NewBatchDecoder(info, opts.OnError)}
+func NewStream(where string, a *AsyncLines, opts *DecodeOptions) *Stream {
+	return &Stream{Where: where, lines: a, dec: opts.NewDecoder()}
 }
 
 // Reset makes s read from a new input (a new connection); a csv input
@@ -109,13 +109,10 @@ func (s *Stream) Reset(a *AsyncLines, opts *DecodeOptions) {
 	s.dec = opts.NewDecoder()
 }
 
-// Skipped returns the number of lines skipped under on_decode_error: skip.
-func (s *Stream) Skipped() int64 { return s.decoder.Skipped() }
-
-// Read appends the records of the next lines to b. It returns io.EOF when
-// the input ended, the reader's error wrapped in ErrRead if it failed, a
-// "where:LINE: reason" error for input that does not decode (on_decode_error:
-// fail), and ctx.Err() as soon as ctx is done.
+// Read appends the records of the next lines to b, and the lines that do
+// not decode to b.Failed ("where:LINE: reason"); it returns once it appended
+// either. It returns io.EOF when the input ended, the reader's error wrapped
+// in ErrRead if it failed, and ctx.Err() as soon as ctx is done.
 func (s *Stream) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	for {
 		select {
@@ -128,13 +125,7 @@ func (s *Stream) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 				}
 				return io.EOF
 			}
-			n := len(b.Records)
-			var err error
-			b.Records, err = s.decoder.Decode(s.dec, lb.lines, lb.nums, s.Where, b.Records)
-			if err != nil {
-				return err
-			}
-			if len(b.Records) > n {
+			if s.decoder.Decode(s.dec, lb.lines, lb.nums, s.Where, b) > 0 {
 				return nil
 			}
 		}

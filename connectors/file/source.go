@@ -36,7 +36,8 @@ type SourceConfig struct {
 	// non-hidden files). The matching files, sorted by name, are the splits:
 	// file j is read by subtask j % parallelism.
 	Path string `yaml:"path" eddy:"required"`
-	// format, csv_delimiter and on_decode_error.
+	// format and csv_delimiter. Lines that do not decode go to the
+	// source's on_error.
 	codec.DecodeOptions `yaml:",inline"`
 	// Follow keeps reading data appended to the files, like tail -f; the
 	// input then never ends.
@@ -88,7 +89,7 @@ type source struct {
 	logger *slog.Logger
 	files  []*input
 	cur    int // the file being read (follow: the next one to try)
-	dec    *codec.BatchDecoder
+	dec    codec.BatchDecoder
 	lines  [][]byte
 	nums   []int
 }
@@ -126,7 +127,6 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 			s.files = append(s.files, &input{index: j, name: name, line: 1})
 		}
 	}
-	s.dec = codec.NewBatchDecoder(sc.SubtaskInfo, s.cfg.OnError)
 	s.dec.Workers = s.cfg.DecodeWorkers
 	if sc.Restored != nil {
 		entries, err := DecodePosition(sc.Restored)
@@ -185,9 +185,12 @@ func expand(path string) ([]string, error) {
 	return names, nil
 }
 
-// Read appends the records of the next lines of one file to b; b.Split is
-// the file's index. The batch that ends a file (not with follow) has
-// SplitDone set; it is empty when only blank or skipped lines were left.
+// Read appends the records of the next lines of one file to b, and the
+// lines that do not decode to b.Failed ("FILE:LINE: reason", {"raw": line});
+// b.Split is the file's index and b.Position the position after those lines,
+// so a batch of failed lines only moves the position past them too. The
+// batch that ends a file (not with follow) has SplitDone set; it is empty
+// when only blank lines were left.
 func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	if s.cfg.Follow {
 		return s.readFollow(ctx, b)
@@ -202,7 +205,7 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 			s.cur++
 		}
 		// A finished file ends its split, with its last records or, when
-		// only blank or skipped lines were left, in a batch of its own.
+		// only blank lines were left, in a batch of its own.
 		if n > 0 || in.done || err != nil {
 			s.finish(in, b)
 			return err
@@ -252,8 +255,8 @@ func (s *source) finish(in *input, b *pipeline.ReadBatch) {
 	b.Position = EncodePosition(entries)
 }
 
-// readFile appends the records of up to batchLines lines of in to b and
-// returns how many it appended. final says that the end of the file ends
+// readFile appends the records and failed records of up to batchLines lines
+// of in to b and returns how many it appended. final says that the end of the file ends
 // its last line (false with follow: a partial line waits for its end).
 func (s *source) readFile(ctx context.Context, in *input, b *pipeline.ReadBatch, final bool) (int, error) {
 	if in.f == nil {
@@ -272,19 +275,13 @@ func (s *source) readFile(ctx context.Context, in *input, b *pipeline.ReadBatch,
 			s.nums = append(s.nums, no)
 		}
 		if len(s.lines) > 0 {
-			before := len(b.Records)
-			var err error
-			b.Records, err = s.dec.Decode(in.dec, s.lines, s.nums, in.name, b.Records)
+			n := s.dec.Decode(in.dec, s.lines, s.nums, in.name, b)
 			in.offset, in.line = in.lr.Offset(), in.lr.Line()
-			n := len(b.Records) - before
-			if err != nil {
-				return n, err
-			}
 			if n == 0 {
-				continue // blank or skipped lines only
+				continue // blank lines (or the csv header) only
 			}
 			if final && in.lr.Buffered() == 0 {
-				// The records hold no reference to the buffer any more:
+				// The records and failed records hold no reference to the buffer:
 				// look ahead, so that the last batch of a file ends its split.
 				if err := s.fill(in); err != nil {
 					return n, err

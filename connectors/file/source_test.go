@@ -175,21 +175,63 @@ func TestSourceCSVRestoreReadsHeader(t *testing.T) {
 	require.Equal(t, []map[string]any{{"id": "2", "v": "b"}, {"id": "3", "v": "c"}}, got)
 }
 
-func TestSourceInvalidJSON(t *testing.T) {
-	path := writeFile(t, filepath.Join(t.TempDir(), "in.jsonl"), "{\"a\":1}\n{\"a\":\n[1]\n{\"a\":4}\n")
-	cfg := loadSource(t, "path: "+path)
-	src := conntest.OpenSource(t, cfg, 0, 1, nil)
-	b := conntest.ReadOnce(t, src, time.Second)
-	require.EqualError(t, b.Err, path+":2: invalid JSON: unexpected end of JSON input")
+func TestSourceInvalidLines(t *testing.T) {
+	path := writeFile(t, filepath.Join(t.TempDir(), "in.jsonl"), "{\"a\":1}\n{\"a\":\n[1]\r\n\n{\"a\":4}\n")
+	batches := conntest.Drain(t, conntest.OpenSource(t, loadSource(t, "path: "+path), 0, 1, nil), time.Second)
+	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 4.0}}, conntest.Fields(batches))
+	require.Equal(t, []conntest.Failure{
+		{Fields: map[string]any{"raw": `{"a":`}, Err: path + ":2: invalid JSON: unexpected end of JSON input"},
+		{Fields: map[string]any{"raw": "[1]"}, Err: path + `:3: invalid JSON: a line must be a JSON object, not "[1]"`},
+	}, conntest.Failures(batches))
 
-	cfg = loadSource(t, "path: "+path+"\non_decode_error: skip")
-	src, err := cfg.NewSource()
-	require.NoError(t, err)
-	info := conntest.Info("in", 0, 1)
-	require.NoError(t, src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: info}))
-	got := conntest.Fields(conntest.Drain(t, src, time.Second))
-	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 4.0}}, got)
-	require.Equal(t, 2.0, pipeline.CounterValue(info.Metrics.RecordErrors(info, pipeline.OnErrorSkip)))
+	// csv: the raw row text, line breaks of quoted fields included.
+	path = writeFile(t, filepath.Join(t.TempDir(), "in.csv"), "id,name\n1,\"a\nb\",x\n2,c\n3,\"open\n")
+	batches = conntest.Drain(t, conntest.OpenSource(t, loadSource(t, "path: "+path+"\nformat: csv"), 0, 1, nil), time.Second)
+	require.Equal(t, []map[string]any{{"id": "2", "name": "c"}}, conntest.Fields(batches))
+	require.Equal(t, []conntest.Failure{
+		{Fields: map[string]any{"raw": "1,\"a\nb\",x"}, Err: path + ":2: invalid CSV: the record has 3 fields, the header has 2"},
+		{Fields: map[string]any{"raw": "3,\"open\n"}, Err: path + ":5: invalid CSV: a quoted field is not closed"},
+	}, conntest.Failures(batches))
+}
+
+func TestSourceFailedLinesMovePosition(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.jsonl"), "bad\n\nworse")
+	writeFile(t, filepath.Join(dir, "b.jsonl"), manyLines(0, batchLines)+strings.Repeat("x\n", batchLines)+manyLines(batchLines, 10))
+	cfg := loadSource(t, "path: "+filepath.Join(dir, "*.jsonl"))
+	all := conntest.Drain(t, conntest.OpenSource(t, cfg, 0, 1, nil), 5*time.Second)
+	type batch struct {
+		records, failed int
+		split           int
+		done            bool
+	}
+	var got []batch
+	for _, b := range all {
+		got = append(got, batch{len(b.Records), len(b.Failed), b.Split, b.SplitDone})
+		require.NotNil(t, b.Position)
+	}
+	require.Equal(t, []batch{
+		{0, 1, 0, false}, // the unterminated "worse" waits for the end of the file
+		{0, 1, 0, true},  // failed lines end the split like records do
+		{batchLines, 0, 1, false},
+		{0, batchLines, 1, false}, // a batch of failed lines only carries its position
+		{10, 0, 1, true},
+	}, got)
+	require.Equal(t, conntest.Failure{Fields: map[string]any{"raw": "worse"},
+		Err: filepath.Join(dir, "a.jsonl") + `:3: invalid JSON: a line must be a JSON object, not "worse"`}, conntest.Failures(all)[1])
+	require.Equal(t, filepath.Join(dir, "b.jsonl")+fmt.Sprintf(`:%d: invalid JSON: a line must be a JSON object, not "x"`, batchLines+1),
+		conntest.Failures(all)[2].Err)
+
+	// Restoring from the position after each batch reads exactly the rest,
+	// failed lines included.
+	seenRecs, seenFailed := 0, 0
+	for i, b := range all {
+		seenRecs += len(b.Records)
+		seenFailed += len(b.Failed)
+		rest := conntest.Drain(t, conntest.OpenSource(t, cfg, 0, 1, b.Position), 5*time.Second)
+		require.Equal(t, seq(seenRecs, batchLines+10), ids(conntest.Fields(rest)), "after batch %d", i)
+		require.Len(t, conntest.Failures(rest), 2+batchLines-seenFailed, "after batch %d", i)
+	}
 }
 
 func TestSourceLongLines(t *testing.T) {
@@ -271,6 +313,21 @@ func TestSourceFollow(t *testing.T) {
 	require.Equal(t, []map[string]any{{"line": "new"}}, got)
 }
 
+func TestSourceFollowFailedLines(t *testing.T) {
+	path := writeFile(t, filepath.Join(t.TempDir(), "a.log"), "")
+	cfg := loadSource(t, "path: "+path+"\nfollow: true\npoll_interval: 5ms")
+	src := conntest.OpenSource(t, cfg, 0, 1, nil)
+	appendTo(t, path, "oops\n")
+	b := conntest.ReadOnce(t, src, 5*time.Second)
+	require.NoError(t, b.Err)
+	require.Empty(t, b.Records)
+	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "oops"},
+		Err: path + `:1: invalid JSON: a line must be a JSON object, not "oops"`}}, conntest.Failures([]conntest.Batch{b}))
+	entries, err := DecodePosition(b.Position)
+	require.NoError(t, err)
+	require.Equal(t, []PositionEntry{{Name: path, Offset: 5, Line: 2}}, entries)
+}
+
 func TestSourceFollowHonoursContext(t *testing.T) {
 	path := writeFile(t, filepath.Join(t.TempDir(), "a.log"), "")
 	cfg := loadSource(t, "path: "+path+"\nfollow: true\npoll_interval: 1h")
@@ -300,12 +357,12 @@ func TestSourceLoad(t *testing.T) {
 		wantErr string
 	}{
 		{body: "path: in.jsonl"},
-		{body: "path: in.csv\nformat: csv\ncsv_delimiter: ';'\non_decode_error: skip\nfollow: true\npoll_interval: 1s"},
+		{body: "path: in.csv\nformat: csv\ncsv_delimiter: ';'\nfollow: true\npoll_interval: 1s"},
 		{body: "format: csv", wantErr: `missing required key "path"`},
 		{body: "path: '[x'", wantErr: `path: "[x" is not a valid glob`},
 		{body: "path: x\nformat: xml", wantErr: `t.yaml:7:13: format: must be json, csv or text, not "xml"`},
 		{body: "path: x\ncsv_delimiter: ab", wantErr: "csv_delimiter: must be one ASCII character"},
-		{body: "path: x\non_decode_error: dead_letter", wantErr: "on_decode_error must be fail or skip"},
+		{body: "path: x\non_decode_error: skip", wantErr: `unknown key "on_decode_error"`},
 		{body: "path: x\nfollow: true\npoll_interval: 0", wantErr: "poll_interval: must be positive"},
 		{body: "path: x\ndecode_workers: -1", wantErr: "decode_workers: must be 0 (GOMAXPROCS) or more"},
 		{body: "path: x\ndecode_workers: 4"},
@@ -323,7 +380,7 @@ func TestSourceLoad(t *testing.T) {
 			require.Equal(t, pipeline.ExactlyOnce, c.Guarantee())
 			require.Equal(t, c.Follow, !c.Bounded())
 			if c.Format == codec.CSV {
-				require.Equal(t, codec.OnErrorSkip, c.OnError)
+				require.Equal(t, byte(';'), c.Delimiter())
 				require.Equal(t, time.Second, c.PollInterval.D())
 			}
 		})

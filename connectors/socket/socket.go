@@ -35,7 +35,8 @@ func init() {
 type Config struct {
 	// Address is the server's host:port.
 	Address string `yaml:"address" eddy:"required"`
-	// format (default text), csv_delimiter and on_decode_error.
+	// format (default text) and csv_delimiter. Lines that do not decode
+	// go to the source's on_error.
 	codec.DecodeOptions `yaml:",inline"`
 	// Reconnect connects again when the server closes the connection or
 	// cannot be reached, instead of ending the input; the input then never
@@ -82,7 +83,6 @@ type source struct {
 	cfg    *Config
 	id     string
 	logger *slog.Logger
-	info   pipeline.SubtaskInfo
 	conn   net.Conn
 	lines  *codec.AsyncLines
 	stream *codec.Stream
@@ -91,11 +91,11 @@ type source struct {
 // Open connects. Without reconnect a server that cannot be reached fails
 // the run; with reconnect Read keeps trying.
 func (s *source) Open(ctx context.Context, sc *pipeline.SourceContext) error {
-	s.id, s.info, s.logger = sc.ID, sc.SubtaskInfo, sc.Logger
+	s.id, s.logger = sc.ID, sc.Logger
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	s.stream = codec.NewStream("socket "+s.cfg.Address, nil, &s.cfg.DecodeOptions, sc.SubtaskInfo)
+	s.stream = codec.NewStream("socket "+s.cfg.Address, nil, &s.cfg.DecodeOptions)
 	err := s.connect(ctx)
 	if err != nil && s.cfg.Reconnect {
 		s.logger.Warn("cannot connect yet; retrying", "source", s.id, "address", s.cfg.Address, "error", err)
@@ -127,9 +127,11 @@ func (s *source) disconnect() error {
 	return err
 }
 
-// Read appends the records of the next lines. It returns io.EOF when the
-// server closed the connection (unless reconnect is set) and ctx.Err() as
-// soon as ctx is done.
+// Read appends the records of the next lines, and the lines that do not
+// decode to b.Failed ("socket HOST:PORT:LINE: reason", {"raw": line}); a
+// line that does not decode never ends the connection. It returns io.EOF
+// when the server closed the connection (unless reconnect is set) and
+// ctx.Err() as soon as ctx is done.
 func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	for {
 		if s.conn == nil {
@@ -146,8 +148,6 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return err
-		case !errors.Is(err, io.EOF) && !errors.Is(err, codec.ErrRead):
-			return err // input that does not decode, under on_decode_error: fail
 		case !s.cfg.Reconnect && errors.Is(err, io.EOF):
 			return io.EOF
 		case !s.cfg.Reconnect:

@@ -106,14 +106,27 @@ func TestSocketReconnect(t *testing.T) {
 }
 
 func TestSocketDecodeErrorIsNotAReconnect(t *testing.T) {
-	addr := server(t, send("{\"a\":1}\nbad\n"))
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := server(t, func(c net.Conn) {
+		_, _ = c.Write([]byte("{\"a\":1}\nbad\n"))
+		<-hold
+		_ = c.Close()
+	}, send("{\"a\":2}\n"))
 	cfg := loadSocket(t, "address: "+addr+"\nformat: json\nreconnect: true\nreconnect_delay: 5ms")
 	src := conntest.OpenSource(t, cfg, 0, 1, nil)
-	var err error
-	for err == nil {
-		err = conntest.ReadOnce(t, src, 5*time.Second).Err
+	var batches []conntest.Batch
+	for len(conntest.Failures(batches)) == 0 {
+		b := conntest.ReadOnce(t, src, 5*time.Second)
+		require.NoError(t, b.Err)
+		require.True(t, len(b.Records) > 0 || len(b.Failed) > 0)
+		batches = append(batches, b)
 	}
-	require.EqualError(t, err, "socket "+addr+`:2: invalid JSON: a line must be a JSON object, not "bad"`)
+	require.Equal(t, []map[string]any{{"a": 1.0}}, conntest.Fields(batches))
+	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "bad"},
+		Err: "socket " + addr + `:2: invalid JSON: a line must be a JSON object, not "bad"`}}, conntest.Failures(batches))
+	// The connection stays: nothing more arrives until the server sends it.
+	require.ErrorIs(t, conntest.ReadOnce(t, src, 50*time.Millisecond).Err, context.DeadlineExceeded)
 }
 
 func TestSocketConnectError(t *testing.T) {

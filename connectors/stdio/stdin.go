@@ -19,7 +19,8 @@ func init() {
 
 // StdinConfig is the `stdin` source's configuration.
 type StdinConfig struct {
-	// format, csv_delimiter and on_decode_error.
+	// format and csv_delimiter. Lines that do not decode go to the
+	// source's on_error.
 	codec.DecodeOptions `yaml:",inline"`
 }
 
@@ -49,14 +50,15 @@ type stdinSource struct {
 // Open starts reading standard input on a goroutine of its own, so that
 // Read can return when its context is done while a read blocks. A restored
 // position is ignored: standard input cannot be replayed.
-func (s *stdinSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
+func (s *stdinSource) Open(context.Context, *pipeline.SourceContext) error {
 	s.lines = codec.StartLines(Stdin, s.cfg.Format == codec.CSV)
-	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions, sc.SubtaskInfo)
+	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions)
 	return nil
 }
 
-// Read appends the records of the next lines; io.EOF when the input ended.
-// Failures name the line as stdin:LINE. Position stays nil.
+// Read appends the records of the next lines, and the lines that do not
+// decode to b.Failed ("stdin:LINE: reason", {"raw": line}); io.EOF when the
+// input ended. Position stays nil.
 func (s *stdinSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	return s.stream.Read(ctx, b)
 }

@@ -50,18 +50,21 @@ func TestStdinFormats(t *testing.T) {
 	}
 }
 
-func TestStdinInvalidLine(t *testing.T) {
-	withStdin(t, strings.NewReader("{\"a\":1}\nnope\n"))
-	src := conntest.OpenSource(t, loadStdin(t, ""), 0, 1, nil)
-	var err error
-	for err == nil {
-		err = conntest.ReadOnce(t, src, time.Second).Err
-	}
-	require.EqualError(t, err, `stdin:2: invalid JSON: a line must be a JSON object, not "nope"`)
+func TestStdinInvalidLines(t *testing.T) {
+	withStdin(t, strings.NewReader("{\"a\":1}\nnope\n{\"a\":2}\n"))
+	batches := conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, ""), 0, 1, nil), 5*time.Second)
+	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 2.0}}, conntest.Fields(batches))
+	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "nope"},
+		Err: `stdin:2: invalid JSON: a line must be a JSON object, not "nope"`}}, conntest.Failures(batches))
 
-	withStdin(t, strings.NewReader("nope\n{\"a\":2}\n"))
-	src = conntest.OpenSource(t, loadStdin(t, "on_decode_error: skip"), 0, 1, nil)
-	require.Equal(t, []map[string]any{{"a": 2.0}}, conntest.Fields(conntest.Drain(t, src, time.Second)))
+	withStdin(t, strings.NewReader("a;b\n1;2;3\n"))
+	batches = conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, "format: csv\ncsv_delimiter: ';'"), 0, 1, nil), 5*time.Second)
+	require.Empty(t, conntest.Fields(batches))
+	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "1;2;3"},
+		Err: "stdin:2: invalid CSV: the record has 3 fields, the header has 2"}}, conntest.Failures(batches))
+
+	_, err := conntest.LoadSource(t, "stdin", "on_decode_error: skip")
+	require.ErrorContains(t, err, `unknown key "on_decode_error"`)
 }
 
 func TestStdinReadHonoursContext(t *testing.T) {

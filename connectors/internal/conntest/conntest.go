@@ -59,7 +59,9 @@ type Batch struct {
 	Position  []byte
 	Split     int
 	SplitDone bool
-	Err       error
+	// Failed is the input that did not decode.
+	Failed []pipeline.FailedRecord
+	Err    error
 }
 
 // ReadOnce calls Read once with a fresh batch and a timeout.
@@ -69,7 +71,7 @@ func ReadOnce(t testing.TB, src pipeline.Source, timeout time.Duration) Batch {
 	defer cancel()
 	var b pipeline.ReadBatch
 	err := src.Read(ctx, &b)
-	return Batch{Records: b.Records, Position: b.Position, Split: b.Split, SplitDone: b.SplitDone, Err: err}
+	return Batch{Records: b.Records, Position: b.Position, Split: b.Split, SplitDone: b.SplitDone, Failed: b.Failed, Err: err}
 }
 
 // Drain reads until io.EOF (failing on any other error or after timeout)
@@ -85,7 +87,7 @@ func Drain(t testing.TB, src pipeline.Source, timeout time.Duration) []Batch {
 		if b.Err != nil && !errors.Is(b.Err, io.EOF) {
 			require.NoError(t, b.Err)
 		}
-		if len(b.Records) > 0 || b.Err == nil || b.SplitDone {
+		if len(b.Records) > 0 || len(b.Failed) > 0 || b.Err == nil || b.SplitDone {
 			out = append(out, b)
 		}
 		if errors.Is(b.Err, io.EOF) {
@@ -100,6 +102,23 @@ func Fields(batches []Batch) []map[string]any {
 	for _, b := range batches {
 		for _, r := range b.Records {
 			out = append(out, r.Fields)
+		}
+	}
+	return out
+}
+
+// Failure is a failed record as text: its fields and its error's text.
+type Failure struct {
+	Fields map[string]any
+	Err    string
+}
+
+// Failures returns the failed records of the batches, in order.
+func Failures(batches []Batch) []Failure {
+	var out []Failure
+	for _, b := range batches {
+		for _, f := range b.Failed {
+			out = append(out, Failure{Fields: f.Fields, Err: f.Err.Error()})
 		}
 	}
 	return out

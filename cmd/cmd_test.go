@@ -1,0 +1,228 @@
+package cmd
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// settings are the EDDY_* variables the commands read; each test run
+// starts with them unset so that the caller's environment does not leak in.
+var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR"}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// execute runs the root command with args and env the way main does.
+func execute(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	for _, k := range settings {
+		t.Setenv(k, "") // empty counts as unset for viper
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	root := NewRootCommand()
+	var stdout, stderr bytes.Buffer
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(""))
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	code := ExecuteCommand(root)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// Log lines carry the time and the run's duration; the tests compare the rest.
+var (
+	logTime     = regexp.MustCompile(`(?m)^time=\S+ |"time":"[^"]*",`)
+	logDuration = regexp.MustCompile(`duration=\S+|"duration":\d+`)
+)
+
+func normaliseLog(s string) string {
+	s = logTime.ReplaceAllString(s, "")
+	return logDuration.ReplaceAllString(s, "duration=D")
+}
+
+const (
+	okWarn    = `level=WARN msg="end-to-end guarantee is below exactly-once" pipeline=ok guarantee=at-most-once why="sink \"print\" (stdout) is at-least-once; no checkpoint block: state and positions are not saved, so a crash loses in-flight results"` + "\n"
+	okSummary = `level=INFO msg="source summary" pipeline=ok source=numbers type=generator records_read=4
+level=INFO msg="sink summary" pipeline=ok sink=print type=stdout records_written=2
+level=INFO msg="pipeline finished" pipeline=ok status=finished duration=D records_read=4 records_written=2
+`
+	brokenProblems = `testdata/broken.yaml:7:5: unknown key "colour" in source "numbers" (generator)
+testdata/broken.yaml:12:20: expression "n % 2 ==": unexpected token EOF
+testdata/broken.yaml:15:11: sink "print": from "evnes": no source, step or side stream has that id (did you mean "evens"?)
+`
+	okStdout = `{"label":"n-0","n":0}` + "\n" + `{"label":"n-2","n":2}` + "\n"
+)
+
+func startLine(stateDir string) string {
+	return fmt.Sprintf(`level=INFO msg="starting pipeline" pipeline=ok file=testdata/ok.yaml tasks=1 subtasks=1 guarantee=at-most-once state_dir=%s`+"\n", stateDir)
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want result
+		// stdoutContains replaces the exact stdout check when set.
+		stdoutContains string
+	}{
+		{
+			name: "version",
+			args: []string{"version"},
+			want: result{code: 0, stdout: fmt.Sprintf("eddy dev\ncommit: dev\ngo: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)},
+		},
+		{
+			name: "version takes no arguments",
+			args: []string{"version", "x"},
+			want: result{code: 2, stderr: "eddy: eddy version takes no arguments, got 1 argument(s)\nRun 'eddy version --help' for usage.\n"},
+		},
+		{
+			name: "validate a valid file",
+			args: []string{"validate", "testdata/ok.yaml"},
+			want: result{code: 0, stdout: "testdata/ok.yaml: ok\n"},
+		},
+		{
+			name: "validate reports every problem of every file",
+			args: []string{"validate", "testdata/ok.yaml", "testdata/broken.yaml", "testdata/explain/simple.yaml"},
+			want: result{code: 2, stdout: "testdata/ok.yaml: ok\ntestdata/explain/simple.yaml: ok\n", stderr: brokenProblems},
+		},
+		{
+			name: "validate a missing file",
+			args: []string{"validate", "testdata/missing.yaml"},
+			want: result{code: 2, stderr: "eddy: read pipeline file: open testdata/missing.yaml: no such file or directory\n"},
+		},
+		{
+			name: "validate without files",
+			args: []string{"validate"},
+			want: result{code: 2, stderr: "eddy: eddy validate takes one or more pipeline files\nRun 'eddy validate --help' for usage.\n"},
+		},
+		{
+			name: "explain an invalid file",
+			args: []string{"explain", "testdata/broken.yaml"},
+			want: result{code: 2, stderr: brokenProblems},
+		},
+		{
+			name: "explain an unknown format",
+			args: []string{"explain", "--format", "svg", "testdata/ok.yaml"},
+			want: result{code: 2, stderr: "eddy: --format \"svg\": want text, dot or json\nRun 'eddy explain --help' for usage.\n"},
+		},
+		{
+			name: "explain two files",
+			args: []string{"explain", "testdata/ok.yaml", "testdata/ok.yaml"},
+			want: result{code: 2, stderr: "eddy: eddy explain takes one pipeline file, got 2 argument(s)\nRun 'eddy explain --help' for usage.\n"},
+		},
+		{
+			name: "run a bounded pipeline, logging errors only",
+			args: []string{"run", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "error"},
+			want: result{code: 0, stdout: okStdout},
+		},
+		{
+			name: "run logs the start, the guarantee and a summary",
+			args: []string{"run", "testdata/ok.yaml"},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("eddy-state/ok") + okWarn + okSummary},
+		},
+		{
+			name: "run with a flag that wins over the environment",
+			args: []string{"run", "--log-level", "warn", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "debug"},
+			want: result{code: 0, stdout: okStdout, stderr: okWarn},
+		},
+		{
+			name: "run with a global flag before the command",
+			args: []string{"--log-level=warn", "run", "testdata/ok.yaml"},
+			want: result{code: 0, stdout: okStdout, stderr: okWarn},
+		},
+		{
+			name: "run with the state directory from the environment",
+			args: []string{"run", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_STATE_DIR": "/var/lib/eddy"},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("/var/lib/eddy/ok") + okWarn + okSummary},
+		},
+		{
+			name: "run with the state directory flag",
+			args: []string{"run", "--state-dir", "/srv/state", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_STATE_DIR": "/var/lib/eddy"},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("/srv/state/ok") + okWarn + okSummary},
+		},
+		{
+			name: "run logging json",
+			args: []string{"run", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_LOG_FORMAT": "json", "EDDY_LOG_LEVEL": "WARN"},
+			want: result{code: 0, stdout: okStdout, stderr: `{"level":"WARN","msg":"end-to-end guarantee is below exactly-once","pipeline":"ok","guarantee":"at-most-once","why":"sink \"print\" (stdout) is at-least-once; no checkpoint block: state and positions are not saved, so a crash loses in-flight results"}` + "\n"},
+		},
+		{
+			name: "run an invalid file",
+			args: []string{"run", "testdata/broken.yaml"},
+			want: result{code: 2, stderr: brokenProblems},
+		},
+		{
+			name: "run with a bad log level",
+			args: []string{"run", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "loud"},
+			want: result{code: 2, stderr: "eddy: log level \"loud\": want debug, info, warn or error (--log-level or EDDY_LOG_LEVEL)\nRun 'eddy run --help' for usage.\n"},
+		},
+		{
+			name: "run with a bad log format",
+			args: []string{"run", "--log-format", "xml", "testdata/ok.yaml"},
+			want: result{code: 2, stderr: "eddy: log format \"xml\": want text or json (--log-format or EDDY_LOG_FORMAT)\nRun 'eddy run --help' for usage.\n"},
+		},
+		{
+			name: "run a pipeline that fails",
+			args: []string{"run", "testdata/fails.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "error"},
+			want: result{code: 1, stderr: `level=ERROR msg="pipeline failed" pipeline=fails status=failed duration=D records_read=0 records_written=0 err="task readings -> print[0/1]: open source \"readings\": file source \"readings\": no file matches testdata/no-such-dir/*.jsonl"` + "\n"},
+		},
+		{
+			name: "unknown command",
+			args: []string{"frobnicate"},
+			want: result{code: 2, stderr: "eddy: unknown command \"frobnicate\" for \"eddy\"\nRun 'eddy --help' for usage.\n"},
+		},
+		{
+			name: "unknown flag",
+			args: []string{"validate", "--frob", "testdata/ok.yaml"},
+			want: result{code: 2, stderr: "eddy: unknown flag: --frob\nRun 'eddy validate --help' for usage.\n"},
+		},
+		{
+			name:           "completion",
+			args:           []string{"completion", "bash"},
+			want:           result{code: 0},
+			stdoutContains: "# bash completion V2 for eddy",
+		},
+		{
+			name: "completion of a flag value",
+			args: []string{"__complete", "explain", "--format", ""},
+			want: result{code: 0, stdout: "text\ndot\njson\n:4\n", stderr: "Completion ended with directive: ShellCompDirectiveNoFileComp\n"},
+		},
+		{
+			name:           "help",
+			args:           []string{},
+			want:           result{code: 0},
+			stdoutContains: "eddy validate pipeline.yaml",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := execute(t, tt.env, tt.args...)
+			got.stderr = normaliseLog(got.stderr)
+			if tt.stdoutContains != "" {
+				require.Contains(t, got.stdout, tt.stdoutContains)
+				got.stdout = ""
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
