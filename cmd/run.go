@@ -27,6 +27,8 @@ type runOptions struct {
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.String(keyStateDir, "./eddy-state", "directory for checkpoints and state, a sub-directory per pipeline name (env "+envName(keyStateDir)+")")
 	bindFlag(o.global.v, fs, keyStateDir)
+	fs.Int(keyGCPercent, defaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
+	bindFlag(o.global.v, fs, keyGCPercent)
 }
 
 func newRunCommand(g *globalOptions) *cobra.Command {
@@ -68,6 +70,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 	spec := plan.Spec
 	logger = logger.With("pipeline", spec.Name)
+	tuneMemory(logger, o.global.v.GetInt(keyGCPercent))
 	subtasks := 0
 	for _, ch := range plan.Chains {
 		subtasks += ch.Parallelism
