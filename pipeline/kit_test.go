@@ -224,6 +224,26 @@ func (o *wmLogOp) OnWatermark(wm int64, out pipeline.Emitter) error {
 }
 func (o *wmLogOp) Close() error { return nil }
 
+// opsStep tags records with changelog kinds by n % 3: +I, -U, +U.
+type opsConfig struct {
+	Ops bool `yaml:"ops"`
+}
+
+func (c *opsConfig) Validate() error                         { return nil }
+func (c *opsConfig) NewOperator() (pipeline.Operator, error) { return &opsOp{}, nil }
+
+type opsOp struct{}
+
+func (o *opsOp) Open(context.Context, *pipeline.OperatorContext) error { return nil }
+func (o *opsOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	kinds := []string{pipeline.OpInsert, pipeline.OpRetract, pipeline.OpUpdate}
+	for _, r := range in {
+		r.Fields[pipeline.OpField] = kinds[r.Fields["n"].(int)%3]
+	}
+	return out.Emit(in)
+}
+func (o *opsOp) Close() error { return nil }
+
 func testEnv() *pipeline.Env {
 	env := pipeline.NewEnv()
 	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
@@ -232,6 +252,7 @@ func testEnv() *pipeline.Env {
 	env.RegisterStep(pipeline.StepPlugin{Kind: "pass", New: func() pipeline.StepConfig { return &passConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "where", New: func() pipeline.StepConfig { return &whereConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "wmlog", New: func() pipeline.StepConfig { return &wmLogConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "ops", New: func() pipeline.StepConfig { return &opsConfig{} }})
 	return env
 }
 

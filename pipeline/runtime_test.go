@@ -335,3 +335,31 @@ sinks:
 	require.Len(t, dead, 10)
 	require.Contains(t, dead[0]["error"], "key_by")
 }
+
+func TestUpsertSinksDropRetractions(t *testing.T) {
+	plan, cols := load(t, `
+version: 1
+name: changelog
+sources:
+  - id: nums
+    type: seq
+    count: 9
+steps:
+  - ops: true
+sinks:
+  - id: retract
+    type: collect
+  - id: upsert
+    type: collect
+    changelog: upsert
+`)
+	run(t, plan)
+	ops := func(id string) (out []string) {
+		for _, r := range cols[id].all() {
+			out = append(out, fmt.Sprintf("%v %v", r["n"], r[pipeline.OpField]))
+		}
+		return out
+	}
+	require.Equal(t, []string{"0 +I", "1 -U", "2 +U", "3 +I", "4 -U", "5 +U", "6 +I", "7 -U", "8 +U"}, ops("retract"))
+	require.Equal(t, []string{"0 +I", "2 +U", "3 +I", "5 +U", "6 +I", "8 +U"}, ops("upsert"))
+}

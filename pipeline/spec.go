@@ -86,10 +86,12 @@ type SinkSpec struct {
 	Type        string
 	From        []string
 	Parallelism int
-	Config      SinkConfig
-	Pos         Pos
-	Inputs      []StreamRef
-	node        *yaml.Node
+	// Changelog says how the sink takes a changelog stream (rows with _op).
+	Changelog Changelog
+	Config    SinkConfig
+	Pos       Pos
+	Inputs    []StreamRef
+	node      *yaml.Node
 }
 
 // The keys every source, step and sink has besides its type's own.
@@ -125,6 +127,7 @@ type (
 		Type        string     `yaml:"type" eddy:"required"`
 		From        StringList `yaml:"from"`
 		Parallelism int        `yaml:"parallelism"`
+		Changelog   Changelog  `yaml:"changelog"`
 	}
 )
 
@@ -448,5 +451,5 @@ func (p *problems) loadSink(env *Env, spec *Spec, n *yaml.Node, i int) *SinkSpec
 		}
 		c.Parallelism = mp.MaxParallelism()
 	}
-	return &SinkSpec{ID: c.ID, Type: c.Type, From: c.From, Parallelism: c.Parallelism, Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+	return &SinkSpec{ID: c.ID, Type: c.Type, From: c.From, Parallelism: c.Parallelism, Changelog: c.Changelog, Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
 }

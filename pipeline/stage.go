@@ -33,6 +33,11 @@ type stage struct {
 func (s *stage) Emit(b []Record) error {
 	s.in.Add(float64(len(b)))
 	if s.sink != nil {
+		if s.node.Sink.Changelog == ChangelogUpsert {
+			if b = upsertOnly(b); len(b) == 0 {
+				return nil
+			}
+		}
 		s.unflushed = true
 		return s.sink.Write(s.ctx, b)
 	}
