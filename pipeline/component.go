@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // SubtaskInfo identifies one parallel instance of a source, step or sink.
@@ -47,6 +49,11 @@ type OperatorContext struct {
 	// reaches t (epoch ms). Only the earliest pending request is kept per
 	// operator: an operator asks again for its next timer when called.
 	WakeAt func(t int64)
+	// KeyedState returns the operator's keyed state backend, created on the
+	// first call: the state and timers of the key groups this subtask owns.
+	// The runtime snapshots, restores and closes it; operators register
+	// their states and timer service on it in Open.
+	KeyedState func() (statestore.Backend, error)
 }
 
 // ProcessingTimeHandler is implemented by operators with processing-time

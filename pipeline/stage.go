@@ -2,9 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // stage is one node of a chain on one subtask: an operator, a sink, or the
@@ -20,6 +23,8 @@ type stage struct {
 	wakeAt int64
 	// unflushed is true when the sink was written since its last flush.
 	unflushed bool
+	// state is the operator's keyed state, once it asked for it.
+	state statestore.Backend
 	sink      Sink
 	src       Source
 	// out is the node's main output: chained children, then writers.
@@ -94,6 +99,7 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 			Side:        s.side,
 			Now:         nowMillis,
 			WakeAt:      wakeAt,
+			KeyedState:  s.keyedState,
 		}
 		if err := s.op.Open(ctx, oc); err != nil {
 			return fmt.Errorf("open step %q: %w", s.node.ID, err)
@@ -106,10 +112,33 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 	return nil
 }
 
+// keyedState creates the stage's state backend on first use.
+func (s *stage) keyedState() (statestore.Backend, error) {
+	if s.state != nil {
+		return s.state, nil
+	}
+	maxPar := s.info.MaxParallelism
+	start, end := KeyGroupRange(s.info.Subtask, s.info.Parallelism, maxPar)
+	b, err := statestore.NewMemory(statestore.Options{
+		KeyGroup:  func(key string) int { return KeyGroup(key, maxPar) },
+		KeyGroups: [2]int{start, end},
+		Clock:     nowMillis,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keyed state of step %q: %w", s.node.ID, err)
+	}
+	s.state = b
+	return b, nil
+}
+
 func (s *stage) close(ctx context.Context) error {
 	switch {
 	case s.op != nil:
-		return s.op.Close()
+		err := s.op.Close()
+		if s.state != nil {
+			err = errors.Join(err, s.state.Close())
+		}
+		return err
 	case s.sink != nil:
 		return s.sink.Close(ctx)
 	case s.src != nil:

@@ -466,6 +466,9 @@ func (t *task) runInputs(ctx context.Context) error {
 				return err
 			}
 			putBatch(b.Records)
+			if err := t.stateErr(); err != nil {
+				return err
+			}
 		}
 		if b.Control != nil {
 			changed, err := t.onControl(ctx, in, b.Control)
@@ -650,6 +653,19 @@ func (t *task) onWake() error {
 		}
 	}
 	t.scheduleWake()
+	return nil
+}
+
+// stateErr returns the first failure of a stage's keyed state: state
+// accessors record failures instead of returning them.
+func (t *task) stateErr() error {
+	for _, s := range t.stages {
+		if s.state != nil {
+			if err := s.state.Err(); err != nil {
+				return fmt.Errorf("keyed state of step %q: %w", s.node.ID, err)
+			}
+		}
+	}
 	return nil
 }
 
