@@ -1,0 +1,93 @@
+package agg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+func benchRecords(n int) []map[string]any {
+	out := make([]map[string]any, n)
+	for i := range out {
+		out[i] = map[string]any{
+			"id": fmt.Sprintf("sensor-%d", i%100), "temp": 50 + float64(i%700)/10, "n": i % 1000, "ts": 1700000000000 + int64(i),
+		}
+	}
+	return out
+}
+
+func benchAdd(b *testing.B, text string) {
+	specs := mustSpecs(b, text)
+	records := benchRecords(1024)
+	row := NewAccs(specs)
+	var vm pipeline.VM
+	// Warm up: pools, maps and lists reach their steady size.
+	for _, r := range records {
+		if err := row.Add(&vm, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := row.Add(&vm, records[i&1023]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRowAdd is the window hot path: count and avg over a field.
+func BenchmarkRowAdd(b *testing.B) { benchAdd(b, "n: count()\navg_c: avg(temp)") }
+
+func BenchmarkRowAddNumeric(b *testing.B) {
+	benchAdd(b, "n: count()\nc: count(temp)\ns: sum(n)\na: avg(temp)\nlo: min(temp)\nhi: max(temp)\nf: first(id)\nl: last(id)")
+}
+
+func BenchmarkRowAddExpr(b *testing.B) { benchAdd(b, "m: max(temp * 2)") }
+
+func BenchmarkRowAddCountDistinct(b *testing.B) { benchAdd(b, "d: count_distinct(id)") }
+
+func BenchmarkRowAddReduce(b *testing.B) { benchAdd(b, "p: reduce(acc + n, 0, acc + other)") }
+
+func BenchmarkRowMerge(b *testing.B) {
+	specs := mustSpecs(b, "n: count()\ns: sum(n)\na: avg(temp)\nlo: min(temp)\nhi: max(temp)")
+	var vm pipeline.VM
+	pane := NewAccs(specs)
+	for _, r := range benchRecords(100) {
+		if err := pane.Add(&vm, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	win := NewAccs(specs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := win.Merge(pane); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRowCBOR(b *testing.B) {
+	specs := mustSpecs(b, "n: count()\ns: sum(n)\na: avg(temp)\nlo: min(temp)\nhi: max(temp)\nl: last(id)")
+	var vm pipeline.VM
+	row := NewAccs(specs)
+	for _, r := range benchRecords(100) {
+		if err := row.Add(&vm, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	back := NewAccs(specs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		data, err := row.MarshalCBOR()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := back.UnmarshalCBOR(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

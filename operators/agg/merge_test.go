@@ -1,0 +1,140 @@
+package agg
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/stretchr/testify/require"
+)
+
+// Every function, over a numeric field x and a string field s.
+const mergeSpecs = `
+n: count()
+c: count(x)
+s: sum(x)
+a: avg(x)
+lo: min(x)
+hi: max(x)
+slo: min(s)
+shi: max(s)
+f: first(x)
+l: last(s)
+ids: collect(x)
+d: count_distinct(x)
+ds: count_distinct(s)
+p: 'reduce(x == nil ? acc : acc + x, 0, acc + other)'
+q: reduce(concat(acc, [s]), [], concat(acc, other))
+`
+
+// randomRecords returns n records whose x is null, an int, or a float with
+// few significant bits (so every sum of them is exact in any order) and
+// whose s is null or a short string.
+func randomRecords(rng *rand.Rand, n int) []rec {
+	out := make([]rec, n)
+	for i := range out {
+		r := rec{}
+		switch rng.IntN(6) {
+		case 0:
+			r["x"] = nil
+		case 1, 2:
+			r["x"] = rng.IntN(101) - 50
+		case 3:
+			r["x"] = int64(rng.IntN(7) - 3)
+		default:
+			r["x"] = float64(rng.IntN(401)-200) / 8
+		}
+		if rng.IntN(4) > 0 {
+			r["s"] = string(rune('a' + rng.IntN(5)))
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// combine merges rows (in order) with a random bracketing, through fresh rows.
+func combine(t *testing.T, rng *rand.Rand, specs Specs, rows []*Row) *Row {
+	out := NewAccs(specs)
+	if len(rows) == 1 {
+		require.NoError(t, out.Merge(rows[0]))
+		return out
+	}
+	m := 1 + rng.IntN(len(rows)-1)
+	require.NoError(t, out.Merge(combine(t, rng, specs, rows[:m])))
+	require.NoError(t, out.Merge(combine(t, rng, specs, rows[m:])))
+	return out
+}
+
+// Splitting the input into panes in any way, snapshotting some of them, and
+// merging the panes in any bracketing gives what one row over all the input
+// gives, for every function.
+func TestMergeAssociative(t *testing.T) {
+	specs := mustSpecs(t, mergeSpecs)
+	require.NoError(t, specs.Mergeable())
+	rng := rand.New(rand.NewPCG(1, 2))
+	var vm pipeline.VM
+	for iter := range 500 {
+		records := randomRecords(rng, rng.IntN(40))
+		want := fold(t, specs, records...)
+
+		// Random contiguous panes, some of them empty.
+		var panes []*Row
+		rest := records
+		for len(rest) > 0 || len(panes) == 0 {
+			k := rng.IntN(min(len(rest), 8) + 1)
+			pane := NewAccs(specs)
+			for _, r := range rest[:k] {
+				require.NoError(t, pane.Add(&vm, r))
+			}
+			rest = rest[k:]
+			if rng.IntN(3) == 0 {
+				data, err := pane.MarshalCBOR()
+				require.NoError(t, err)
+				pane = NewAccs(specs)
+				require.NoError(t, pane.UnmarshalCBOR(data))
+			}
+			panes = append(panes, pane)
+		}
+		merged := combine(t, rng, specs, panes)
+		got := map[string]any{}
+		merged.Results(got)
+		// Snapshots turn int64 values into int.
+		normalize(want)
+		normalize(got)
+		require.Equal(t, want, got, "iteration %d, %d records in %d panes", iter, len(records), len(panes))
+		require.Equal(t, int64(len(records)), merged.Count())
+	}
+}
+
+// With arbitrary floats, sums differ from one pass at most by rounding.
+func TestMergeFloatSums(t *testing.T) {
+	specs := mustSpecs(t, "s: sum(x)\na: avg(x)")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vm pipeline.VM
+	for range 200 {
+		n := 1 + rng.IntN(100)
+		records := make([]rec, n)
+		for i := range records {
+			records[i] = rec{"x": rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)))}
+		}
+		want := fold(t, specs, records...)
+		var panes []*Row
+		for i := 0; i < n; {
+			k := 1 + rng.IntN(n-i)
+			pane := NewAccs(specs)
+			for _, r := range records[i : i+k] {
+				require.NoError(t, pane.Add(&vm, r))
+			}
+			panes = append(panes, pane)
+			i += k
+		}
+		got := map[string]any{}
+		combine(t, rng, specs, panes).Results(got)
+		for _, k := range []string{"s", "a"} {
+			w, g := want[k].(float64), got[k].(float64)
+			require.InDelta(t, w, g, 1e-12*math.Max(1, math.Abs(w)), fmt.Sprintf("%s over %d records", k, n))
+		}
+	}
+}

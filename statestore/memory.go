@@ -1,0 +1,484 @@
+package statestore
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+)
+
+// Memory is the heap state backend: state lives in Go maps, snapshots are
+// copy-on-write (see Backend.Snapshot). It is what `state.backend: memory`
+// selects; its snapshots are written to bbolt by the checkpoint storage.
+type Memory struct {
+	kg         KeyGroupFunc
+	clock      func() int64
+	start, end int
+
+	gen    uint64 // bumped by Snapshot; see table.go
+	err    error  // sticky
+	closed bool
+
+	states   map[string]registered
+	pending  map[string]*pendingState
+	timers   map[string]*TimerService
+	restored map[int]bool
+}
+
+// registered is a registered state: its table and the handle Register* returned.
+type registered struct {
+	tbl    memTable
+	handle any
+}
+
+// memTable is a table of any Go type, as the backend sees it.
+type memTable interface {
+	State
+	freeze() frozenState
+	prepareRestore(gi int, entries []wireEntry, now int64) (func(), error)
+	cleanup(now int64) int
+}
+
+// pendingState holds the restored entries of a state not registered yet, as
+// raw CBOR, by key group index; they are decoded when it is registered and
+// written as they are into snapshots taken before.
+type pendingState struct {
+	name   string
+	kind   Kind
+	groups [][]wireEntry
+}
+
+var _ Backend = (*Memory)(nil)
+
+// NewMemory returns an empty memory backend.
+func NewMemory(opts Options) (*Memory, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Memory{
+		kg:       opts.KeyGroup,
+		clock:    opts.Clock,
+		start:    opts.KeyGroups[0],
+		end:      opts.KeyGroups[1],
+		states:   map[string]registered{},
+		pending:  map[string]*pendingState{},
+		timers:   map[string]*TimerService{},
+		restored: map[int]bool{},
+	}, nil
+}
+
+func (m *Memory) sealed() {}
+
+// index returns key's key group minus start, or -1 (recording the failure)
+// when the key belongs to another subtask.
+func (m *Memory) index(key string) int {
+	g := m.kg(key)
+	i := g - m.start
+	if uint(i) >= uint(m.end-m.start) {
+		m.fail(fmt.Errorf("%w: key %q is in key group %d, the backend holds [%d, %d)", ErrKeyGroupRange, key, g, m.start, m.end))
+		return -1
+	}
+	return i
+}
+
+func (m *Memory) fail(err error) {
+	if m.err == nil {
+		m.err = err
+	}
+}
+
+// KeyGroupRange implements Backend.
+func (m *Memory) KeyGroupRange() (start, end int) { return m.start, m.end }
+
+// Err implements Backend.
+func (m *Memory) Err() error { return m.err }
+
+// State implements Backend.
+func (m *Memory) State(name string) (State, error) {
+	r, ok := m.states[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownState, name)
+	}
+	return r.tbl, nil
+}
+
+// StateNames implements Backend.
+func (m *Memory) StateNames() []string {
+	names := make([]string, 0, len(m.states))
+	for n := range m.states {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TimerService implements Backend.
+func (m *Memory) TimerService(name string) *TimerService {
+	s := m.timers[name]
+	if s == nil {
+		s = newTimerService(name, m)
+		m.timers[name] = s
+	}
+	return s
+}
+
+// Clear implements Backend.
+func (m *Memory) Clear(key, ns string) {
+	for _, r := range m.states {
+		r.tbl.Clear(key, ns)
+	}
+	if len(m.pending) == 0 {
+		return
+	}
+	gi := m.index(key)
+	if gi < 0 {
+		return
+	}
+	match := func(e wireEntry) bool { return e.Key == key && e.NS == ns }
+	for _, p := range m.pending {
+		if slices.ContainsFunc(p.groups[gi], match) {
+			// Copy, not filter in place: a snapshot may hold the slice.
+			p.groups[gi] = slices.DeleteFunc(slices.Clone(p.groups[gi]), match)
+		}
+	}
+}
+
+// Cleanup implements Backend.
+func (m *Memory) Cleanup() (int, error) {
+	if m.closed {
+		return 0, ErrClosed
+	}
+	now := m.clock()
+	n := 0
+	for _, r := range m.states {
+		n += r.tbl.cleanup(now)
+	}
+	return n, nil
+}
+
+// Close implements Backend.
+func (m *Memory) Close() error {
+	m.closed = true
+	return nil
+}
+
+// register implements the Register* functions for the memory backend.
+func register[S, H any](m *Memory, spec stateSpec, fn tableFuncs[S], wrap func(*table[S]) H) (H, error) {
+	var zero H
+	if m.closed {
+		return zero, ErrClosed
+	}
+	if r, ok := m.states[spec.name]; ok {
+		if r.tbl.Kind() != spec.kind {
+			return zero, fmt.Errorf("%w: state %q is registered as %s, not %s", ErrIncompatibleState, spec.name, r.tbl.Kind(), spec.kind)
+		}
+		h, ok := r.handle.(H)
+		if !ok {
+			return zero, fmt.Errorf("%w: state %q is registered as %T, not %T", ErrIncompatibleState, spec.name, r.handle, zero)
+		}
+		return h, nil
+	}
+	t := newTable(m, spec, fn)
+	if p := m.pending[spec.name]; p != nil {
+		if p.kind != spec.kind {
+			return zero, fmt.Errorf("%w: state %q was restored as %s, not %s", ErrIncompatibleState, spec.name, p.kind, spec.kind)
+		}
+		now := m.clock()
+		var apply []func()
+		for gi, entries := range p.groups {
+			if len(entries) == 0 {
+				continue
+			}
+			f, err := t.prepareRestore(gi, entries, now)
+			if err != nil {
+				return zero, fmt.Errorf("register state %q: %w", spec.name, err)
+			}
+			apply = append(apply, f)
+		}
+		for _, f := range apply {
+			f()
+		}
+		delete(m.pending, spec.name)
+	}
+	h := wrap(t)
+	m.states[spec.name] = registered{tbl: t, handle: h}
+	return h, nil
+}
+
+// Snapshot implements Backend. It copies, per state, the slice of key-group
+// pointers and, per timer service, the timers; then it bumps the generation,
+// which freezes every group and entry the snapshot references (table.go).
+func (m *Memory) Snapshot() (Snapshot, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	s := &memSnapshot{start: m.start, end: m.end, now: m.clock()}
+	for _, r := range m.states {
+		s.states = append(s.states, r.tbl.freeze())
+	}
+	for _, p := range m.pending {
+		s.states = append(s.states, &frozenPending{name_: p.name, kind_: p.kind, groups: slices.Clone(p.groups)})
+	}
+	slices.SortFunc(s.states, func(a, b frozenState) int { return cmpString(a.name(), b.name()) })
+	for _, t := range m.timers {
+		if f := t.freeze(); f.n > 0 {
+			s.timers = append(s.timers, f)
+		}
+	}
+	slices.SortFunc(s.timers, func(a, b frozenTimers) int { return cmpString(a.name, b.name) })
+	m.gen++
+	return s, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Restore implements Backend.
+func (m *Memory) Restore(blobs ...[]byte) error {
+	if m.closed {
+		return ErrClosed
+	}
+	if m.err != nil {
+		return m.err
+	}
+	now := m.clock()
+	var (
+		apply        []func()
+		pendingKinds = map[string]Kind{}
+		timers       []func()
+		groups       = map[int]bool{}
+	)
+	for bi, blob := range blobs {
+		kg, payload, err := parseBlob(blob)
+		if err != nil {
+			return fmt.Errorf("restore blob %d: %w", bi, err)
+		}
+		if kg < m.start || kg >= m.end {
+			return fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, m.start, m.end)
+		}
+		if m.restored[kg] || groups[kg] {
+			return fmt.Errorf("restore blob %d: %w: key group %d", bi, ErrDuplicateKeyGroup, kg)
+		}
+		groups[kg] = true
+		var p wirePayload
+		if err := decMode.Unmarshal(payload, &p); err != nil {
+			return fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
+		}
+		gi := kg - m.start
+		for _, ws := range p.States {
+			if ws.Name == "" || !ws.Kind.valid() {
+				return fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
+			}
+			for _, e := range ws.Entries {
+				if g := m.kg(e.Key); g != kg {
+					return fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
+				}
+			}
+			if r, ok := m.states[ws.Name]; ok {
+				if r.tbl.Kind() != ws.Kind {
+					return fmt.Errorf("restore key group %d: %w: state %q is registered as %s, the snapshot has %s", kg, ErrIncompatibleState, ws.Name, r.tbl.Kind(), ws.Kind)
+				}
+				f, err := r.tbl.prepareRestore(gi, ws.Entries, now)
+				if err != nil {
+					return fmt.Errorf("restore key group %d: %w", kg, err)
+				}
+				apply = append(apply, f)
+				continue
+			}
+			kind, ok := pendingKinds[ws.Name]
+			if !ok {
+				kind = ws.Kind
+				if old := m.pending[ws.Name]; old != nil {
+					kind = old.kind
+				}
+				pendingKinds[ws.Name] = kind
+			}
+			if kind != ws.Kind {
+				return fmt.Errorf("restore key group %d: %w: state %q is %s in one key group and %s in another", kg, ErrCorrupt, ws.Name, kind, ws.Kind)
+			}
+			apply = append(apply, stagePending(m, ws.Name, ws.Kind, gi, ws.Entries))
+		}
+		for _, wt := range p.Timers {
+			for _, t := range wt.Timers {
+				if t.Domain > ProcessingTime {
+					return fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
+				}
+				if g := m.kg(t.Key); g != kg {
+					return fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
+				}
+			}
+			timers = append(timers, func() {
+				svc := m.TimerService(wt.Name)
+				for _, t := range wt.Timers {
+					svc.register(t.Domain, t.Key, t.NS, t.TS)
+				}
+			})
+		}
+	}
+	for _, f := range apply {
+		f()
+	}
+	for _, f := range timers {
+		f()
+	}
+	for kg := range groups {
+		m.restored[kg] = true
+	}
+	return nil
+}
+
+// stagePending returns the func that adds the entries of an unregistered
+// state to the pending ones.
+func stagePending(m *Memory, name string, kind Kind, gi int, entries []wireEntry) func() {
+	return func() {
+		p := m.pending[name]
+		if p == nil {
+			p = &pendingState{name: name, kind: kind, groups: make([][]wireEntry, m.end-m.start)}
+			m.pending[name] = p
+		}
+		// A new slice: a snapshot may hold the old one.
+		p.groups[gi] = append(slices.Clip(p.groups[gi]), entries...)
+	}
+}
+
+// frozenState is a state as a snapshot saw it.
+type frozenState interface {
+	name() string
+	kind() Kind
+	// encodeGroup appends the entries of key group index gi to enc.entries
+	// and returns their number.
+	encodeGroup(gi int, now int64, enc *encoder) (int, error)
+}
+
+type frozenPending struct {
+	name_  string
+	kind_  Kind
+	groups [][]wireEntry
+}
+
+func (f *frozenPending) name() string { return f.name_ }
+func (f *frozenPending) kind() Kind   { return f.kind_ }
+
+func (f *frozenPending) encodeGroup(gi int, _ int64, enc *encoder) (int, error) {
+	entries := f.groups[gi]
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	entries = slices.Clone(entries)
+	slices.SortFunc(entries, func(a, b wireEntry) int {
+		if c := cmpString(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmpString(a.NS, b.NS)
+	})
+	for _, e := range entries {
+		enc.head(&enc.entries, majorArray, 4)
+		enc.text(&enc.entries, e.Key)
+		enc.text(&enc.entries, e.NS)
+		enc.int(&enc.entries, e.TS)
+		enc.entries.Write(e.Value)
+	}
+	return len(entries), nil
+}
+
+// memSnapshot is the memory backend's Snapshot.
+type memSnapshot struct {
+	start, end int
+	now        int64 // TTL reference: entries expired at capture are left out
+	states     []frozenState
+	timers     []frozenTimers
+}
+
+func (s *memSnapshot) KeyGroupRange() (start, end int) { return s.start, s.end }
+
+func (s *memSnapshot) Release() { s.states, s.timers = nil, nil }
+
+func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
+	if s.states == nil && s.timers == nil {
+		return nil
+	}
+	enc := &encoder{}
+	// Timers sorted by (group, domain, ts, key, ns); next[i] walks service i.
+	timers := make([][]frozenTimer, len(s.timers))
+	for i := range s.timers {
+		timers[i] = s.timers[i].sorted()
+	}
+	next := make([]int, len(s.timers))
+	var hdr []byte
+	for gi := 0; gi < s.end-s.start; gi++ {
+		enc.states.Reset()
+		enc.timers.Reset()
+		nStates, nTimers := 0, 0
+		for _, st := range s.states {
+			enc.entries.Reset()
+			n, err := st.encodeGroup(gi, s.now, enc)
+			if err != nil {
+				return fmt.Errorf("encode key group %d: %w", s.start+gi, err)
+			}
+			if n == 0 {
+				continue
+			}
+			enc.head(&enc.states, majorArray, 3)
+			enc.text(&enc.states, st.name())
+			enc.head(&enc.states, majorUint, uint64(st.kind()))
+			enc.head(&enc.states, majorArray, uint64(n))
+			enc.states.Write(enc.entries.Bytes())
+			nStates++
+		}
+		for i, svc := range s.timers {
+			j := next[i]
+			for j < len(timers[i]) && int(timers[i][j].group) == gi {
+				j++
+			}
+			ts := timers[i][next[i]:j]
+			next[i] = j
+			if len(ts) == 0 {
+				continue
+			}
+			enc.head(&enc.timers, majorArray, 2)
+			enc.text(&enc.timers, svc.name)
+			enc.head(&enc.timers, majorArray, uint64(len(ts)))
+			for _, t := range ts {
+				enc.head(&enc.timers, majorArray, 4)
+				enc.head(&enc.timers, majorUint, uint64(t.domain))
+				enc.int(&enc.timers, t.id.ts)
+				enc.text(&enc.timers, t.id.key)
+				enc.text(&enc.timers, t.id.ns)
+			}
+			nTimers++
+		}
+		if nStates == 0 && nTimers == 0 {
+			continue
+		}
+		hdr = appendHead(hdr[:0], majorMap, 2)
+		hdr = appendHead(hdr, majorUint, 1)
+		hdr = appendHead(hdr, majorArray, uint64(nStates))
+		mid := appendHead(nil, majorUint, 2)
+		mid = appendHead(mid, majorArray, uint64(nTimers))
+		blob := frame(s.start+gi, hdr, enc.states.Bytes(), mid, enc.timers.Bytes())
+		if err := fn(s.start+gi, blob); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	err := s.EncodeGroups(func(_ int, blob []byte) error {
+		n, err := w.Write(blob)
+		total += int64(n)
+		return err
+	})
+	return total, err
+}

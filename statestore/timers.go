@@ -1,0 +1,367 @@
+package statestore
+
+import (
+	"fmt"
+	"iter"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Timer is a timer of one (key, namespace): a window operator registers one
+// per window at window end - 1 with the window as namespace.
+type Timer struct {
+	Key       string
+	Namespace string
+	Timestamp int64 // epoch ms
+}
+
+// Domain is the time a timer follows. Its numeric value is part of the
+// snapshot format.
+type Domain uint8
+
+// The timer domains.
+const (
+	EventTime      Domain = 0 // fires when the watermark reaches the timestamp
+	ProcessingTime Domain = 1 // fires when the wall clock reaches it
+)
+
+func (d Domain) String() string {
+	switch d {
+	case EventTime:
+		return "event-time"
+	case ProcessingTime:
+		return "processing-time"
+	}
+	return fmt.Sprintf("domain(%d)", uint8(d))
+}
+
+// TimerService holds the event-time and processing-time timers of one
+// operator subtask, as part of its backend's snapshotted state. A timer is
+// identified by (key, namespace, timestamp) per domain: registering it again
+// does nothing, deleting an absent one does nothing. Timers fire in
+// timestamp order, ties in a fixed order so that a run is
+// deterministic: the registration order (after a Restore, the order of the
+// snapshot format: key group, timestamp, key, namespace).
+//
+// Like the backend, a TimerService is used from the task goroutine only.
+type TimerService struct {
+	name   string
+	m      *Memory
+	wm     int64
+	queues [2]timerQueue // by Domain
+}
+
+func newTimerService(name string, m *Memory) *TimerService {
+	return &TimerService{name: name, m: m, wm: math.MinInt64,
+		queues: [2]timerQueue{{set: map[timerID]int32{}}, {set: map[timerID]int32{}}}}
+}
+
+// Name returns the service's name.
+func (s *TimerService) Name() string { return s.name }
+
+// Watermark returns the highest watermark AdvanceWatermark has seen
+// (math.MinInt64 before the first).
+func (s *TimerService) Watermark() int64 { return s.wm }
+
+// Len returns the number of timers of domain d.
+func (s *TimerService) Len(d Domain) int {
+	if d > ProcessingTime {
+		return 0
+	}
+	return len(s.queues[d].heap)
+}
+
+// Timers yields the timers of domain d in unspecified order, for inspection
+// and tests. The body must not register or delete timers.
+func (s *TimerService) Timers(d Domain) iter.Seq[Timer] {
+	return func(yield func(Timer) bool) {
+		if d > ProcessingTime {
+			return
+		}
+		q := &s.queues[d]
+		for _, h := range q.heap {
+			id := q.recs[h.rec].id
+			if !yield(Timer{Key: id.key, Namespace: id.ns, Timestamp: id.ts}) {
+				return
+			}
+		}
+	}
+}
+
+// RegisterEventTimer registers an event-time timer. One with ts <= the
+// watermark fires at the next AdvanceWatermark (or later in the current one,
+// when registered from a firing timer).
+func (s *TimerService) RegisterEventTimer(key, ns string, ts int64) {
+	s.register(EventTime, key, ns, ts)
+}
+
+// DeleteEventTimer deletes an event-time timer, if registered.
+func (s *TimerService) DeleteEventTimer(key, ns string, ts int64) {
+	s.queues[EventTime].delete(timerID{key, ns, ts})
+}
+
+// RegisterProcessingTimer registers a processing-time timer.
+func (s *TimerService) RegisterProcessingTimer(key, ns string, ts int64) {
+	s.register(ProcessingTime, key, ns, ts)
+}
+
+// DeleteProcessingTimer deletes a processing-time timer, if registered.
+func (s *TimerService) DeleteProcessingTimer(key, ns string, ts int64) {
+	s.queues[ProcessingTime].delete(timerID{key, ns, ts})
+}
+
+// NextEventTime returns the timestamp of the earliest event-time timer.
+func (s *TimerService) NextEventTime() (int64, bool) {
+	return s.queues[EventTime].peek()
+}
+
+// NextProcessingTime returns the timestamp of the earliest processing-time
+// timer, for the task to schedule its next wake-up.
+func (s *TimerService) NextProcessingTime() (int64, bool) {
+	return s.queues[ProcessingTime].peek()
+}
+
+// AdvanceWatermark moves the watermark to wm (never backwards) and fires,
+// one at a time in timestamp order, every event-time timer with timestamp <=
+// the watermark, including those that fire registers meanwhile (as Flink
+// does). A timer is deleted before fire gets it. An error from fire stops
+// the advance and is returned; the timers not fired yet stay registered.
+func (s *TimerService) AdvanceWatermark(wm int64, fire func(Timer) error) error {
+	s.wm = max(s.wm, wm)
+	return s.advance(EventTime, s.wm, fire)
+}
+
+// AdvanceProcessingTime fires every processing-time timer with timestamp <=
+// now, like AdvanceWatermark.
+func (s *TimerService) AdvanceProcessingTime(now int64, fire func(Timer) error) error {
+	return s.advance(ProcessingTime, now, fire)
+}
+
+func (s *TimerService) advance(d Domain, upTo int64, fire func(Timer) error) error {
+	q := &s.queues[d]
+	for len(q.heap) > 0 && q.heap[0].ts <= upTo {
+		t := q.pop()
+		if err := fire(t); err != nil {
+			return fmt.Errorf("fire %s timer of %q at %d: %w", d, s.name, t.Timestamp, err)
+		}
+	}
+	return nil
+}
+
+func (s *TimerService) register(d Domain, key, ns string, ts int64) {
+	q := &s.queues[d]
+	id := timerID{key, ns, ts}
+	if _, ok := q.set[id]; ok {
+		return
+	}
+	gi := s.m.index(key)
+	if gi < 0 {
+		return
+	}
+	q.push(id, int32(gi))
+}
+
+// freeze copies the timers for a snapshot: two memmoves per domain (the
+// records and the heap), O(timers) but a few bytes per timer.
+func (s *TimerService) freeze() frozenTimers {
+	f := frozenTimers{name: s.name}
+	for d := range s.queues {
+		q := &s.queues[d]
+		f.n += len(q.heap)
+		if len(q.heap) > 0 {
+			f.queues[d] = frozenQueue{recs: slices.Clone(q.recs), heap: slices.Clone(q.heap)}
+		}
+	}
+	return f
+}
+
+type timerID struct {
+	key, ns string
+	ts      int64
+}
+
+// timerRec is a registered timer; records live in one slice, reused through
+// a free list, so that a snapshot copies them with one memmove.
+type timerRec struct {
+	id    timerID
+	group int32 // key group index (key group - start)
+	pos   int32 // index in the heap
+}
+
+// heapEntry orders the heap without touching the records: by timestamp,
+// then by registration order (seq), so ties fire first-registered first.
+type heapEntry struct {
+	ts  int64
+	seq uint64
+	rec int32 // index in recs
+}
+
+func (a heapEntry) less(b heapEntry) bool {
+	return a.ts < b.ts || (a.ts == b.ts && a.seq < b.seq)
+}
+
+// timerQueue is a binary min-heap of timers plus a set for deduplication and
+// deletion in O(log n).
+type timerQueue struct {
+	recs []timerRec
+	free []int32
+	heap []heapEntry
+	set  map[timerID]int32 // -> index in recs
+	seq  uint64
+}
+
+func (q *timerQueue) peek() (int64, bool) {
+	if len(q.heap) == 0 {
+		return 0, false
+	}
+	return q.heap[0].ts, true
+}
+
+func (q *timerQueue) push(id timerID, group int32) {
+	var ri int32
+	if n := len(q.free); n > 0 {
+		ri, q.free = q.free[n-1], q.free[:n-1]
+	} else {
+		q.recs = append(q.recs, timerRec{})
+		ri = int32(len(q.recs) - 1)
+	}
+	pos := len(q.heap)
+	q.recs[ri] = timerRec{id: id, group: group, pos: int32(pos)}
+	q.set[id] = ri
+	q.seq++
+	q.heap = append(q.heap, heapEntry{ts: id.ts, seq: q.seq, rec: ri})
+	q.up(pos)
+}
+
+func (q *timerQueue) pop() Timer {
+	ri := q.heap[0].rec
+	id := q.recs[ri].id
+	q.removeAt(0)
+	delete(q.set, id)
+	q.release(ri)
+	return Timer{Key: id.key, Namespace: id.ns, Timestamp: id.ts}
+}
+
+func (q *timerQueue) delete(id timerID) {
+	ri, ok := q.set[id]
+	if !ok {
+		return
+	}
+	delete(q.set, id)
+	q.removeAt(int(q.recs[ri].pos))
+	q.release(ri)
+}
+
+func (q *timerQueue) release(ri int32) {
+	q.recs[ri] = timerRec{}
+	q.free = append(q.free, ri)
+	if len(q.heap) == 0 { // drop the records a burst left
+		q.recs, q.free = q.recs[:0], q.free[:0]
+	}
+}
+
+func (q *timerQueue) removeAt(i int) {
+	last := len(q.heap) - 1
+	if i != last {
+		q.swap(i, last)
+	}
+	q.heap = q.heap[:last]
+	if i != last {
+		if !q.down(i) {
+			q.up(i)
+		}
+	}
+}
+
+func (q *timerQueue) swap(i, j int) {
+	h := q.heap
+	h[i], h[j] = h[j], h[i]
+	q.recs[h[i].rec].pos = int32(i)
+	q.recs[h[j].rec].pos = int32(j)
+}
+
+func (q *timerQueue) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !q.heap[j].less(q.heap[i]) {
+			break
+		}
+		q.swap(i, j)
+		j = i
+	}
+}
+
+// down sifts element i0 down and reports whether it moved.
+func (q *timerQueue) down(i0 int) bool {
+	h := q.heap
+	n := len(h)
+	i := i0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h[r].less(h[l]) {
+			j = r
+		}
+		if !h[j].less(h[i]) {
+			break
+		}
+		q.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// frozenTimers are the timers of one service as a snapshot saw them.
+type frozenTimers struct {
+	name   string
+	n      int
+	queues [2]frozenQueue
+}
+
+type frozenQueue struct {
+	recs []timerRec
+	heap []heapEntry
+}
+
+// sorted returns the timers by (group, domain, ts, key, ns), the order of
+// the snapshot format.
+func (f *frozenTimers) sorted() []frozenTimer {
+	out := make([]frozenTimer, 0, f.n)
+	for d := range f.queues {
+		q := &f.queues[d]
+		for _, h := range q.heap {
+			r := &q.recs[h.rec]
+			out = append(out, frozenTimer{group: r.group, domain: Domain(d), id: r.id})
+		}
+	}
+	slices.SortFunc(out, frozenTimerCompare)
+	return out
+}
+
+type frozenTimer struct {
+	group  int32
+	domain Domain
+	id     timerID
+}
+
+func frozenTimerCompare(a, b frozenTimer) int {
+	switch {
+	case a.group != b.group:
+		return int(a.group) - int(b.group)
+	case a.domain != b.domain:
+		return int(a.domain) - int(b.domain)
+	case a.id.ts != b.id.ts:
+		if a.id.ts < b.id.ts {
+			return -1
+		}
+		return 1
+	}
+	if c := strings.Compare(a.id.key, b.id.key); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id.ns, b.id.ns)
+}
