@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // NodeKind tells sources, steps and sinks apart.
@@ -91,16 +92,26 @@ type Chain struct {
 // Head returns the chain's first node.
 func (c *Chain) Head() *Node { return c.Nodes[0] }
 
-// Name is the chain's display name: its node ids joined by " -> ".
+// Name is the chain's display name: its nodes from the head, "a -> b", with
+// a fan-out inside the chain in braces: "a -> {b -> c, d}".
 func (c *Chain) Name() string {
-	name := ""
-	for i, n := range c.Nodes {
-		if i > 0 {
-			name += " -> "
+	var name func(n *Node) string
+	name = func(n *Node) string {
+		var next []string
+		for _, e := range n.Outputs {
+			if e.Chained {
+				next = append(next, name(e.To))
+			}
 		}
-		name += n.ID
+		switch len(next) {
+		case 0:
+			return n.ID
+		case 1:
+			return n.ID + " -> " + next[0]
+		}
+		return n.ID + " -> {" + strings.Join(next, ", ") + "}"
 	}
-	return name
+	return name(c.Head())
 }
 
 // Plan is the physical plan of a spec.
