@@ -142,6 +142,14 @@ type Source interface {
 // SinkContext is what a sink gets at Open.
 type SinkContext struct {
 	SubtaskInfo
+	// Committables are what this subtask's PreCommit returned for the
+	// checkpoint the run restores from (TwoPhaseCommitSink only; nil on a
+	// fresh start). Open must commit them (Commit is idempotent) and abort
+	// whatever else it finds pending or in progress from earlier runs.
+	Committables [][]byte
+	// Checkpointing is true when the pipeline takes checkpoints: a
+	// TwoPhaseCommitSink writes transactionally only then.
+	Checkpointing bool
 }
 
 // Sink is the runtime instance of a sink on one subtask. All methods are
@@ -154,6 +162,24 @@ type Sink interface {
 	// sink can; it runs at checkpoint barriers and at the end of input.
 	Flush(ctx context.Context) error
 	Close(ctx context.Context) error
+}
+
+// TwoPhaseCommitSink is a sink whose output becomes visible through one
+// transaction per checkpoint (DESIGN.md §3): what it writes between two
+// barriers is pre-committed at the second and committed once that
+// checkpoint is complete. Found by type assertion on a Sink.
+type TwoPhaseCommitSink interface {
+	Sink
+	// PreCommit is called on the task goroutine at checkpoint barrier id,
+	// after Flush: it makes everything written since the previous barrier
+	// durable but not yet visible, and returns a small committable that
+	// goes into the checkpoint. Writing goes on in a new transaction.
+	PreCommit(ctx context.Context, checkpointID int64) ([]byte, error)
+	// Commit makes pre-committed transactions visible. It is called on the
+	// task goroutine when a checkpoint completes (with the committables of
+	// that checkpoint and earlier ones not yet committed), and at Open for
+	// the restored ones; committing twice must be harmless.
+	Commit(ctx context.Context, committables [][]byte) error
 }
 
 // Guarantee is the delivery guarantee a component supports end to end.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // JobOptions configure a run of a plan.
@@ -14,10 +16,14 @@ type JobOptions struct {
 	Metrics *Metrics
 	// AtLeastOnce disables barrier alignment (checkpoint mode at_least_once).
 	AtLeastOnce bool
-	// OnAck receives every task's acknowledgement of a checkpoint barrier.
-	// It is the checkpoint coordinator's seam; it is called from task
-	// goroutines and must not block.
+	// OnAck receives every task's acknowledgement of a checkpoint barrier,
+	// for tests; it is called from task goroutines and must not block.
 	OnAck func(Ack)
+	// Store receives checkpoints; required when the spec has a checkpoint
+	// block.
+	Store CheckpointStore
+	// Restore is the checkpoint or savepoint to start from, or nil.
+	Restore RestoredCheckpoint
 }
 
 // Ack is a task's acknowledgement of checkpoint barrier Checkpoint: the task
@@ -29,6 +35,11 @@ type Ack struct {
 	Subtask    int
 	// Positions holds each source's position at the barrier, by source id.
 	Positions map[string][]byte
+	// States holds the keyed-state snapshots of the chain's stateful steps,
+	// by step id, captured at the barrier and encoded later.
+	States map[string]statestore.Snapshot
+	// Committables holds what 2PC sinks pre-committed, by sink id.
+	Committables map[string][]byte
 }
 
 // Job is a running plan: one goroutine per task (chain subtask).
@@ -38,6 +49,8 @@ type Job struct {
 	tasks  []*task
 	stop   chan struct{}
 	cancel chan struct{}
+
+	coord *coordinator
 
 	stopOnce, cancelOnce sync.Once
 	errOnce              sync.Once
@@ -55,8 +68,22 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		opts.Metrics = NewMetrics()
 	}
 	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}), done: make(chan struct{})}
+	if cp := plan.Spec.Checkpoint; cp != nil {
+		if opts.Store == nil {
+			return nil, errors.New("start pipeline: the checkpoint block needs a checkpoint store")
+		}
+		j.opts.AtLeastOnce = cp.Mode == AtLeastOnceMode
+		first := int64(1)
+		if opts.Restore != nil {
+			first = opts.Restore.ID() + 1
+		}
+		j.coord = newCoordinator(j, *cp, opts.Store, first)
+	}
 	if err := j.build(); err != nil {
 		return nil, err
+	}
+	if j.coord != nil {
+		go j.coord.run()
 	}
 	// Tasks run under their own context, cancelled on failure or Cancel;
 	// the caller's ctx only asks for a graceful stop.
@@ -149,6 +176,17 @@ func (j *Job) TriggerCheckpoint(ctx context.Context, b Barrier) error {
 	return nil
 }
 
+// sourceTasks counts the tasks whose head is a source.
+func (j *Job) sourceTasks() int {
+	n := 0
+	for _, t := range j.tasks {
+		if t.head.src != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // build creates the channels, stages and writers of every task.
 func (j *Job) build() error {
 	rt := j.plan.Spec.Runtime
@@ -195,7 +233,7 @@ func (j *Job) closeBuilt() {
 func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task, error) {
 	spec := j.plan.Spec
 	t := &task{
-		job: j, chain: c, subtask: sub, mailbox: make(chan mail, 4),
+		job: j, chain: c, subtask: sub, mailbox: make(chan mail, 64),
 		name: fmt.Sprintf("%s[%d/%d]", c.Name(), sub, c.Parallelism),
 	}
 	t.logger = j.opts.Logger.With("task", t.name)
@@ -218,6 +256,7 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		if err != nil {
 			return nil, err
 		}
+		s.restore, s.checkpointing = j.opts.Restore, j.coord != nil
 		byNode[n] = s
 		t.stages = append(t.stages, s)
 	}

@@ -24,6 +24,8 @@ type seqSourceConfig struct {
 	Forever bool `yaml:"forever"`
 	// Silent makes an unbounded source that never reads anything.
 	Silent bool `yaml:"silent"`
+	// Pace sleeps a millisecond per batch of 100 records.
+	Pace bool `yaml:"pace"`
 }
 
 func (c *seqSourceConfig) Validate() error { return nil }
@@ -66,8 +68,8 @@ func (s *seqSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		s.next += s.step
 	}
 	b.Position = binary.BigEndian.AppendUint64(nil, uint64(s.next))
-	if s.cfg.Forever {
-		time.Sleep(time.Millisecond) // pace an unbounded source
+	if s.cfg.Forever || s.cfg.Pace {
+		time.Sleep(time.Millisecond) // pace the source
 	}
 	return nil
 }
@@ -253,6 +255,8 @@ func testEnv() *pipeline.Env {
 	env.RegisterStep(pipeline.StepPlugin{Kind: "where", New: func() pipeline.StepConfig { return &whereConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "wmlog", New: func() pipeline.StepConfig { return &wmLogConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "ops", New: func() pipeline.StepConfig { return &opsConfig{} }})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "count_by", New: func() pipeline.StepConfig { return &countConfig{} }})
+	env.RegisterSink(pipeline.SinkPlugin{Type: "txn", New: func() pipeline.SinkConfig { return &txnConfig{} }})
 	return env
 }
 

@@ -60,12 +60,16 @@ const (
 	ControlWatermark ControlKind = iota + 1
 	// ControlBarrier is a checkpoint barrier.
 	ControlBarrier
-	// ControlEndOfInput says the channel carries nothing more.
+	// ControlEndOfInput says the channel carries no more records or
+	// watermarks (end of data); barriers and ControlTerminate may follow.
 	ControlEndOfInput
 	// ControlIdle says the channel carries no records for a while: its
 	// watermark stops holding back the receiver's until it carries a record
 	// or watermark again.
 	ControlIdle
+	// ControlTerminate says the channel carries nothing more: it follows
+	// end-of-input, and the final checkpoint's barrier when there is one.
+	ControlTerminate
 )
 
 func (k ControlKind) String() string {
@@ -78,6 +82,8 @@ func (k ControlKind) String() string {
 		return "end-of-input"
 	case ControlIdle:
 		return "idle"
+	case ControlTerminate:
+		return "terminate"
 	}
 	return "unknown"
 }
@@ -95,6 +101,9 @@ type Barrier struct {
 	ID int64
 	// Savepoint is true for a user-requested savepoint.
 	Savepoint bool
+	// Final is true for the checkpoint taken after the end of data: the
+	// last one of the run.
+	Final bool
 }
 
 // Batch is the unit sent between tasks: records, then at most one control event.

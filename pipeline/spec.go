@@ -26,6 +26,9 @@ type Spec struct {
 	Parallelism    int
 	MaxParallelism int
 	Runtime        RuntimeSpec
+	// Checkpoint is nil when the file has no checkpoint block.
+	Checkpoint *CheckpointSpec
+	State      StateSpec
 
 	Sources []*SourceSpec
 	Steps   []*StepSpec
@@ -97,14 +100,16 @@ type SinkSpec struct {
 // The keys every source, step and sink has besides its type's own.
 type (
 	topSpec struct {
-		Version        int         `yaml:"version" eddy:"required"`
-		Name           string      `yaml:"name" eddy:"required"`
-		Parallelism    int         `yaml:"parallelism"`
-		MaxParallelism int         `yaml:"max_parallelism"`
-		Runtime        RuntimeSpec `yaml:"runtime"`
-		Sources        []yaml.Node `yaml:"sources" eddy:"required"`
-		Steps          []yaml.Node `yaml:"steps"`
-		Sinks          []yaml.Node `yaml:"sinks" eddy:"required"`
+		Version        int             `yaml:"version" eddy:"required"`
+		Name           string          `yaml:"name" eddy:"required"`
+		Parallelism    int             `yaml:"parallelism"`
+		MaxParallelism int             `yaml:"max_parallelism"`
+		Runtime        RuntimeSpec     `yaml:"runtime"`
+		Checkpoint     *CheckpointSpec `yaml:"checkpoint"`
+		State          StateSpec       `yaml:"state"`
+		Sources        []yaml.Node     `yaml:"sources" eddy:"required"`
+		Steps          []yaml.Node     `yaml:"steps"`
+		Sinks          []yaml.Node     `yaml:"sinks" eddy:"required"`
 	}
 	sourceCommon struct {
 		ID          string        `yaml:"id"`
@@ -173,14 +178,20 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		p.at(root, "a pipeline file must be a mapping with version, name, sources, steps and sinks")
 		return nil, p.list.sorted()
 	}
-	top := topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime()}
+	top := topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime(), State: StateSpec{Backend: "memory"}}
+	if _, n := mappingValue(root, "checkpoint"); n != nil {
+		c := DefaultCheckpoint()
+		top.Checkpoint = &c
+	}
 	p.decode(root, reflect.ValueOf(&top).Elem(), "pipeline")
 	spec = &Spec{
 		File: file, Hash: hex.EncodeToString(sum[:]),
 		Version: top.Version, Name: top.Name, Parallelism: top.Parallelism,
 		MaxParallelism: top.MaxParallelism, Runtime: top.Runtime,
+		Checkpoint: top.Checkpoint, State: top.State,
 	}
 	p.checkTop(root, spec)
+	p.checkCheckpoint(root, spec)
 	for i := range top.Sources {
 		if s := p.loadSource(env, spec, &top.Sources[i], i); s != nil {
 			spec.Sources = append(spec.Sources, s)

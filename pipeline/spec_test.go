@@ -65,7 +65,7 @@ func TestLoadInvalid(t *testing.T) {
 		text: head + "sources:\n  - type: kafkaa\nsinks:\n  - id: out\n    type: nowhere\n",
 		want: []string{
 			`bad.yaml:4:11: source "source_1": unknown source type "kafkaa" (known: seq)`,
-			`bad.yaml:7:11: sink "out": unknown sink type "nowhere" (known: collect)`,
+			`bad.yaml:7:11: sink "out": unknown sink type "nowhere" (known: collect, txn)`,
 		},
 	}, {
 		name: "unknown key of a source type",
@@ -75,7 +75,7 @@ func TestLoadInvalid(t *testing.T) {
 		name: "step without a kind, and with two",
 		text: head + "sources: [{type: seq}]\nsteps:\n  - id: a\n  - id: b\n    where: true\n    pass: 1\nsinks: [{type: collect}]\n",
 		want: []string{
-			`bad.yaml:5:5: steps[0] does nothing: give it one of keyed, ops, pass, where, wmlog`,
+			`bad.yaml:5:5: steps[0] does nothing: give it one of count_by, keyed, ops, pass, where, wmlog`,
 			`bad.yaml:8:5: steps[1] has both "where" and "pass": a step does one thing, split it into two steps`,
 		},
 	}, {

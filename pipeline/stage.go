@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,8 +27,11 @@ type stage struct {
 	unflushed bool
 	// state is the operator's keyed state, once it asked for it.
 	state statestore.Backend
-	sink      Sink
-	src       Source
+	// restore is the checkpoint the run starts from, or nil.
+	restore       RestoredCheckpoint
+	checkpointing bool
+	sink  Sink
+	src   Source
 	// out is the node's main output: chained children, then writers.
 	out   Emitter
 	sides map[string]Emitter
@@ -105,7 +110,12 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 			return fmt.Errorf("open step %q: %w", s.node.ID, err)
 		}
 	case s.sink != nil:
-		if err := s.sink.Open(ctx, &SinkContext{SubtaskInfo: s.info}); err != nil {
+		cs, err := s.committables()
+		if err != nil {
+			return err
+		}
+		sc := &SinkContext{SubtaskInfo: s.info, Committables: cs, Checkpointing: s.checkpointing}
+		if err := s.sink.Open(ctx, sc); err != nil {
 			return fmt.Errorf("open sink %q: %w", s.node.ID, err)
 		}
 	}
@@ -127,8 +137,47 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keyed state of step %q: %w", s.node.ID, err)
 	}
+	if s.restore != nil {
+		if err := restoreState(s.restore, s.node.ID, b); err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+	}
 	s.state = b
 	return b, nil
+}
+
+// sourceContext returns what the source opens with: its position in the
+// restored checkpoint. Source positions are per subtask, so a source
+// restores only at the parallelism it was checkpointed with.
+func (s *stage) sourceContext() (*SourceContext, error) {
+	sc := &SourceContext{SubtaskInfo: s.info}
+	parts, err := restoredParts(s.restore, "src", s.node.ID)
+	if err != nil || len(parts) == 0 {
+		return sc, err
+	}
+	if len(parts) != s.info.Parallelism {
+		return nil, fmt.Errorf("source %q was checkpointed with parallelism %d and runs with %d: sources restore at the same parallelism (keyed state rescales)",
+			s.node.ID, len(parts), s.info.Parallelism)
+	}
+	sc.Restored = parts[s.info.Subtask]
+	return sc, nil
+}
+
+// committables returns the restored committables this sink subtask commits:
+// those of the old subtasks i with i mod parallelism == this subtask.
+func (s *stage) committables() ([][]byte, error) {
+	parts, err := restoredParts(s.restore, "sink", s.node.ID)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, sub := range slices.Sorted(maps.Keys(parts)) {
+		if sub%s.info.Parallelism == s.info.Subtask && len(parts[sub]) > 0 {
+			out = append(out, parts[sub])
+		}
+	}
+	return out, nil
 }
 
 func (s *stage) close(ctx context.Context) error {

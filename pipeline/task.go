@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // mail is a message to a task's control mailbox, handled between batches on
@@ -18,6 +21,24 @@ import (
 type mail struct {
 	// barrier asks a source task to emit checkpoint barrier *barrier.
 	barrier *Barrier
+	// complete says checkpoint complete is durable: sinks commit.
+	complete int64
+	// final is set with complete for the run's final checkpoint.
+	final bool
+}
+
+// post sends m to the task's mailbox without blocking the caller for long.
+func (t *task) post(m mail) {
+	select {
+	case t.mailbox <- m:
+	default:
+		go func() {
+			select {
+			case t.mailbox <- m:
+			case <-t.job.done:
+			}
+		}()
+	}
 }
 
 // input is one channel into a task: from one sender subtask over one edge.
@@ -26,7 +47,8 @@ type input struct {
 	edge    *Edge
 	sender  int
 	wm      int64
-	ended   bool
+	ended   bool // end of data
+	closed  bool // terminated
 	blocked bool
 	idle    bool
 	// barrier is true once the current checkpoint's barrier arrived here.
@@ -61,6 +83,11 @@ type task struct {
 	aligning Barrier
 	// position is the source head's position after the last emitted record.
 	position []byte
+	// committed is the last checkpoint whose completion the task handled;
+	// committables are the 2PC sinks' pre-committed transactions by
+	// checkpoint, waiting for completion.
+	committed    int64
+	committables map[int64]map[*stage][]byte
 	// Event time of a source head: its watermark generator, VM and the
 	// on_error policy for records whose timestamp fails.
 	wmGen   *watermarks
@@ -96,7 +123,10 @@ func (t *task) run(ctx context.Context) (err error) {
 		opened = append(opened, s)
 	}
 	if t.head.src != nil {
-		sc := &SourceContext{SubtaskInfo: t.head.info}
+		sc, err := t.head.sourceContext()
+		if err != nil {
+			return err
+		}
 		if err := t.head.src.Open(ctx, sc); err != nil {
 			return fmt.Errorf("open source %q: %w", t.head.node.ID, err)
 		}
@@ -186,21 +216,115 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 	if t.head.src != nil {
 		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
 	}
+	coord := t.job.coord
 	for _, s := range t.stages {
 		if s.sink != nil {
 			s.unflushed = false
 			if err := s.sink.Flush(ctx); err != nil {
 				return fmt.Errorf("sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
 			}
+			if tpc, ok := s.sink.(TwoPhaseCommitSink); ok && coord != nil {
+				c, err := tpc.PreCommit(ctx, b.ID)
+				if err != nil {
+					return fmt.Errorf("pre-commit sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
+				}
+				if t.committables == nil {
+					t.committables = map[int64]map[*stage][]byte{}
+				}
+				if t.committables[b.ID] == nil {
+					t.committables[b.ID] = map[*stage][]byte{}
+				}
+				t.committables[b.ID][s] = c
+				if ack.Committables == nil {
+					ack.Committables = map[string][]byte{}
+				}
+				ack.Committables[s.node.ID] = c
+			}
+		}
+		if s.state != nil && coord != nil {
+			// The synchronous part: cheap capture; encoding happens on the
+			// coordinator's side while this task goes on.
+			snap, err := s.state.Snapshot()
+			if err != nil {
+				ack.release()
+				return fmt.Errorf("snapshot state of step %q at checkpoint %d: %w", s.node.ID, b.ID, err)
+			}
+			if ack.States == nil {
+				ack.States = map[string]statestore.Snapshot{}
+			}
+			ack.States[s.node.ID] = snap
 		}
 	}
 	if err := t.broadcast(&Control{Kind: ControlBarrier, Barrier: b}); err != nil {
+		ack.release()
 		return err
 	}
 	if t.job.opts.OnAck != nil {
 		t.job.opts.OnAck(ack)
 	}
+	if coord != nil {
+		select {
+		case coord.acks <- ack:
+		case <-t.job.cancel:
+			ack.release()
+			return context.Canceled
+		}
+	}
 	return nil
+}
+
+// onMail handles a mailbox message on the task goroutine; done is true
+// when the run's final checkpoint completed.
+func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
+	if m.complete == 0 || m.complete <= t.committed {
+		return false, nil
+	}
+	t.committed = m.complete
+	// Commit every transaction up to the completed checkpoint: those of
+	// checkpoints that failed or were subsumed go with it.
+	ids := slices.Sorted(maps.Keys(t.committables))
+	for _, s := range t.stages {
+		tpc, ok := s.sink.(TwoPhaseCommitSink)
+		if !ok {
+			continue
+		}
+		var cs [][]byte
+		for _, id := range ids {
+			if c, ok := t.committables[id][s]; ok && id <= m.complete {
+				cs = append(cs, c)
+			}
+		}
+		if len(cs) > 0 {
+			if err := tpc.Commit(ctx, cs); err != nil {
+				return false, fmt.Errorf("commit sink %q at checkpoint %d: %w", s.node.ID, m.complete, err)
+			}
+		}
+	}
+	for _, id := range ids {
+		if id <= m.complete {
+			delete(t.committables, id)
+		}
+	}
+	return m.final, nil
+}
+
+// awaitFinal waits, after the task terminated its outputs, until the final
+// checkpoint completed (and sinks committed), handling the mailbox.
+func (t *task) awaitFinal(ctx context.Context) error {
+	if t.job.coord == nil {
+		return nil
+	}
+	for {
+		select {
+		case m := <-t.mailbox:
+			done, err := t.onMail(ctx, m)
+			if err != nil || done {
+				return err
+			}
+		case <-t.job.cancel:
+			return context.Canceled
+		}
+	}
 }
 
 // finish ends the task after its input ended: operators emit what they
@@ -220,6 +344,15 @@ func (t *task) finish(ctx context.Context) error {
 		}
 	}
 	return t.broadcast(&Control{Kind: ControlEndOfInput})
+}
+
+// terminate closes the task's outputs and, with checkpoints, waits for the
+// final one to complete.
+func (t *task) terminate(ctx context.Context) error {
+	if err := t.broadcast(&Control{Kind: ControlTerminate}); err != nil {
+		return err
+	}
+	return t.awaitFinal(ctx)
 }
 
 // runSource runs a source task: a reader goroutine calls Source.Read, the
@@ -279,7 +412,21 @@ func (t *task) runSource(ctx context.Context) error {
 		select {
 		case rb, ok := <-batches:
 			if !ok {
-				return t.endSource(ctx, readErr, stopping)
+				if err := t.endSource(ctx, readErr, stopping); err != nil {
+					return err
+				}
+				if t.job.coord == nil {
+					return t.terminate(ctx)
+				}
+				// Wait for the final checkpoint: the coordinator triggers it
+				// once every source ended.
+				batches, stop, tick = nil, nil, nil
+				select {
+				case t.job.coord.ended <- t:
+				case <-t.job.cancel:
+					return context.Canceled
+				}
+				continue
 			}
 			if err := t.emitRead(rb); err != nil {
 				return err
@@ -300,10 +447,17 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			t.armFlush()
 		case m := <-t.mailbox:
-			if m.barrier != nil && !stopping {
+			if m.barrier != nil {
 				if err := t.checkpoint(ctx, *m.barrier); err != nil {
 					return err
 				}
+				if m.barrier.Final {
+					return t.terminate(ctx)
+				}
+				continue
+			}
+			if _, err := t.onMail(ctx, m); err != nil {
+				return err
 			}
 		case <-t.flush.C:
 			t.armed = false
@@ -423,7 +577,7 @@ func (t *task) runInputs(ctx context.Context) error {
 	rebuild := func() {
 		cases, active = cases[:fixedCases], active[:0]
 		for _, in := range t.inputs {
-			if !in.ended && !in.blocked {
+			if !in.closed && !in.blocked {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(in.ch)})
 				active = append(active, in)
 			}
@@ -435,7 +589,10 @@ func (t *task) runInputs(ctx context.Context) error {
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
 		case 0:
-			continue // no mail for non-source tasks yet
+			if _, err := t.onMail(ctx, v.Interface().(mail)); err != nil {
+				return err
+			}
+			continue
 		case 1:
 			t.armed = false
 			if err := t.flushBuffers(ctx); err != nil {
@@ -476,8 +633,8 @@ func (t *task) runInputs(ctx context.Context) error {
 				return err
 			}
 			if changed {
-				if t.allEnded() {
-					return t.finish(ctx)
+				if t.allClosed() {
+					return t.terminate(ctx)
 				}
 				rebuild()
 			}
@@ -502,6 +659,15 @@ func (t *task) routeDeadLetters(recs []Record) ([]Record, error) {
 		n++
 	}
 	return recs[:n], nil
+}
+
+func (t *task) allClosed() bool {
+	for _, in := range t.inputs {
+		if !in.closed {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *task) allEnded() bool {
@@ -529,8 +695,14 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 	case ControlEndOfInput:
 		in.ended = true
 		if err := t.updateWatermark(); err != nil {
-			return true, err
+			return false, err
 		}
+		if t.allEnded() {
+			return false, t.finish(ctx)
+		}
+		return false, nil
+	case ControlTerminate:
+		in.closed = true
 		if t.aligning.ID != 0 {
 			_, err := t.maybeAligned(ctx)
 			return true, err
@@ -596,7 +768,7 @@ func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error
 // delivered its barrier: snapshot, ack, forward, release the inputs.
 func (t *task) maybeAligned(ctx context.Context) (bool, error) {
 	for _, in := range t.inputs {
-		if !in.ended && !in.barrier {
+		if !in.closed && !in.barrier {
 			return false, nil
 		}
 	}
