@@ -1,5 +1,6 @@
 // Package operators holds eddy's step kinds, one file per kind: filter, set,
-// map, drop, flat_map and key_by. Each file declares the kind's config struct
+// map, drop, flat_map, key_by (with windows, window*.go, or a continuous
+// aggregate, continuous.go) and dedupe. Each file declares the kind's config struct
 // (yaml keys, defaults, Validate) and its operator, and registers the kind in
 // init(), so pipeline.Default knows every kind once this package is imported.
 // Register adds the same kinds to another Env, for tests that build an
@@ -13,6 +14,11 @@
 // nothing themselves: the runtime counts records in and out, the
 // ErrorHandler counts errors.
 //
-// operators imports pipeline (interfaces, registry, expressions) and never
-// connectors/, statestore/ or cmd/; pipeline imports nothing of eddy's.
+// Stateful steps (windows, continuous aggregates, dedupe) keep all their
+// state and timers in the keyed-state backend that OperatorContext.KeyedState
+// gives them, so checkpoints capture it without operator code; aggregate
+// functions live in operators/agg.
+//
+// operators imports pipeline (interfaces, registry, expressions) and
+// statestore (keyed state), never connectors/ or cmd/.
 package operators

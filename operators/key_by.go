@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"go.yaml.in/yaml/v3"
 )
@@ -12,20 +13,45 @@ import (
 func init() {
 	register(pipeline.StepPlugin{
 		Kind:    "key_by",
-		Summary: "hash-partition the stream by a key expression (or a list of them, for a composite key)",
+		Summary: "hash-partition the stream by a key expression (or a list of them), optionally into windows or a continuous aggregate",
 		New:     func() pipeline.StepConfig { return &KeyByConfig{} },
 	})
 }
 
 // KeyByConfig is a `key_by:` step. The runtime evaluates the key on the
 // sending side of the step's input edge, hash-partitions by it and sets
-// Record.Key; a bare key_by then passes its input through.
+// Record.Key. A bare key_by then passes its input through; with `window`
+// and `aggregate` it computes a result per key and window (window.go,
+// docs/windows.md); with `aggregate` alone it keeps a continuous aggregate
+// per key (continuous.go).
 //
 //	steps:
 //	  - id: per_sensor
 //	    key_by: sensor_id            # or [region, sensor_id]
+//	    window: { type: tumbling, size: 10s }
+//	    allowed_lateness: 5s
+//	    late_output: late_readings
+//	    aggregate:
+//	      n: count()
+//	      avg_c: avg(temp_c)
 type KeyByConfig struct {
 	KeyBy KeyList `yaml:"key_by"`
+	// Window assigns records to windows; nil: no window.
+	Window *WindowSpec `yaml:"window"`
+	// Aggregate is what a window (or the continuous aggregate) computes.
+	Aggregate agg.Specs `yaml:"aggregate"`
+	// AllowedLateness keeps a fired event-time window's state this long
+	// (in event time) so that late records update it; nil: not given (0).
+	AllowedLateness *pipeline.Duration `yaml:"allowed_lateness"`
+	// LateOutput names the side stream that gets late records; "": they
+	// are dropped and counted.
+	LateOutput string `yaml:"late_output"`
+	// Trigger adds firings to a window's own: early results, or the
+	// firings of a global window.
+	Trigger *TriggerSpec `yaml:"trigger"`
+
+	// plan is the window resolved by Validate.
+	plan *windowPlan
 }
 
 // KeyList is one expression or a list of them (a composite key).
@@ -57,10 +83,17 @@ func (l *KeyList) UnmarshalYAML(n *yaml.Node) error {
 	return errors.New("must be an expression or a list of expressions")
 }
 
-// Validate requires a key.
+// Validate requires a key and checks the window, aggregate, lateness and
+// trigger keys (see validateWindow).
 func (c *KeyByConfig) Validate() error {
 	if len(c.KeyBy) == 0 {
 		return pipeline.FieldErr("key_by", "give a key expression or a list of them, e.g. key_by: sensor_id")
+	}
+	if err := c.validateWindow(); err != nil {
+		return err
+	}
+	if c.Window == nil && len(c.Aggregate) > 0 {
+		return validateContinuousAggregate(c)
 	}
 	return nil
 }
@@ -74,8 +107,25 @@ func (c *KeyByConfig) KeyExprs() []*pipeline.Expr {
 	return out
 }
 
-// NewOperator returns the pass-through of one subtask.
+// SideOutputs implements pipeline.SideOutputter: late_output names the
+// side output "late" of a window step.
+func (c *KeyByConfig) SideOutputs() map[string]string {
+	if c.LateOutput == "" {
+		return nil
+	}
+	return map[string]string{c.LateOutput: lateSide}
+}
+
+// NewOperator returns the operator of one subtask: a window operator with
+// `window`, a continuous aggregate with `aggregate` alone, else the
+// pass-through.
 func (c *KeyByConfig) NewOperator() (pipeline.Operator, error) {
+	switch {
+	case c.Window != nil:
+		return newWindowOp(c)
+	case len(c.Aggregate) > 0:
+		return newContinuousAggregate(c)
+	}
 	return keyByOp{}, nil
 }
 

@@ -44,10 +44,10 @@ func TestKeyByKeyExprs(t *testing.T) {
 	}
 }
 
-// Only key_by is keyed.
+// Only key_by and dedupe are keyed.
 func TestOnlyKeyByIsKeyed(t *testing.T) {
 	for _, p := range plugins {
 		_, keyed := p.New().(pipeline.KeyedStep)
-		require.Equal(t, p.Kind == "key_by", keyed, p.Kind)
+		require.Equal(t, p.Kind == "key_by" || p.Kind == "dedupe", keyed, p.Kind)
 	}
 }

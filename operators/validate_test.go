@@ -45,8 +45,7 @@ func TestValidation(t *testing.T) {
 		{"key_by:", `t.yaml:8:12: key_by: give a key expression or a list of them, e.g. key_by: sensor_id`},
 		{"key_by: [a, [b]]", `t.yaml:8:13: key_by: key 2: an expression must be a string, not a list`},
 		{"key_by: [a, 'b +']", `t.yaml:8:20: expression "b +": unexpected token EOF`},
-		{"key_by: id\n    window: {type: tumbling, size: 10s}", `t.yaml:9:5: unknown key "window" in step "s" (key_by)`},
-		{"key_by: id\n    aggregate: {n: count()}", `t.yaml:9:5: unknown key "aggregate" in step "s" (key_by)`},
+		{"key_by: id\n    windw: {type: tumbling, size: 10s}", `t.yaml:9:5: unknown key "windw" in step "s" (key_by) (did you mean "window"?)`},
 		{"key_by: id\n    rebalance: true", `t.yaml:9:16: step "s": rebalance cannot be combined with key_by, which partitions by key`},
 
 		{"filter: x\n    map: {a: 1}", `t.yaml:9:5: steps[0] has both "filter" and "map": a step does one thing, split it into two steps`},
@@ -65,7 +64,7 @@ func TestValidation(t *testing.T) {
 func TestRegister(t *testing.T) {
 	env := pipeline.NewEnv()
 	Register(env)
-	require.Equal(t, []string{"drop", "filter", "flat_map", "key_by", "map", "set"}, env.StepKinds())
+	require.Equal(t, []string{"dedupe", "drop", "filter", "flat_map", "key_by", "map", "set"}, env.StepKinds())
 	for _, kind := range env.StepKinds() {
 		p, ok := env.Step(kind)
 		require.True(t, ok)

@@ -425,7 +425,7 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 	}
 	if _, ok := cfg.(KeyedStep); ok && c.Rebalance {
 		_, v := mappingValue(n, "rebalance")
-		p.at(v, "%s: rebalance cannot be combined with key_by, which partitions by key", what)
+		p.at(v, "%s: rebalance cannot be combined with %s, which partitions by key", what, kind)
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -30,8 +31,8 @@ type stage struct {
 	// restore is the checkpoint the run starts from, or nil.
 	restore       RestoredCheckpoint
 	checkpointing bool
-	sink  Sink
-	src   Source
+	sink          Sink
+	src           Source
 	// out is the node's main output: chained children, then writers.
 	out   Emitter
 	sides map[string]Emitter
@@ -41,16 +42,17 @@ type stage struct {
 
 // Emit processes a batch of input records on the task goroutine.
 func (s *stage) Emit(b []Record) error {
-	s.in.Add(float64(len(b)))
 	if s.sink != nil {
 		if s.node.Sink.Changelog == ChangelogUpsert {
 			if b = upsertOnly(b); len(b) == 0 {
 				return nil
 			}
 		}
+		s.in.Add(float64(len(b)))
 		s.unflushed = true
 		return s.sink.Write(s.ctx, b)
 	}
+	s.in.Add(float64(len(b)))
 	return s.op.Process(b, s.out)
 }
 
@@ -173,9 +175,48 @@ func (s *stage) committables() ([][]byte, error) {
 	}
 	var out [][]byte
 	for _, sub := range slices.Sorted(maps.Keys(parts)) {
-		if sub%s.info.Parallelism == s.info.Subtask && len(parts[sub]) > 0 {
-			out = append(out, parts[sub])
+		if sub%s.info.Parallelism != s.info.Subtask {
+			continue
 		}
+		cs, err := decodeCommittables(parts[sub])
+		if err != nil {
+			return nil, fmt.Errorf("committables of sink %q subtask %d in checkpoint %d: %w", s.node.ID, sub, s.restore.ID(), err)
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
+// encodeCommittables frames a list of committables: a uvarint count, then
+// each as a uvarint length and its bytes.
+func encodeCommittables(cs [][]byte) []byte {
+	out := binary.AppendUvarint(nil, uint64(len(cs)))
+	for _, c := range cs {
+		out = binary.AppendUvarint(out, uint64(len(c)))
+		out = append(out, c...)
+	}
+	return out
+}
+
+var errCommittables = errors.New("malformed committables")
+
+func decodeCommittables(b []byte) ([][]byte, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)) {
+		return nil, errCommittables
+	}
+	b = b[w:]
+	out := make([][]byte, 0, n)
+	for range n {
+		l, w := binary.Uvarint(b)
+		if w <= 0 || l > uint64(len(b)-w) {
+			return nil, errCommittables
+		}
+		out = append(out, b[w:w+int(l)])
+		b = b[w+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, errCommittables
 	}
 	return out, nil
 }

@@ -130,6 +130,8 @@ func (t *task) run(ctx context.Context) (err error) {
 		if err := t.head.src.Open(ctx, sc); err != nil {
 			return fmt.Errorf("open source %q: %w", t.head.node.ID, err)
 		}
+		// Until it reads, the source is where it was restored to.
+		t.position = slices.Clone(sc.Restored)
 		opened = append(opened, t.head)
 		return t.runSource(ctx)
 	}
@@ -238,7 +240,10 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 				if ack.Committables == nil {
 					ack.Committables = map[string][]byte{}
 				}
-				ack.Committables[s.node.ID] = c
+				// The checkpoint carries every transaction of this sink not
+				// committed yet: a restore commits them all, also those whose
+				// notify-complete the crash came before.
+				ack.Committables[s.node.ID] = encodeCommittables(t.uncommitted(s))
 			}
 		}
 		if s.state != nil && coord != nil {
@@ -271,6 +276,18 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 		}
 	}
 	return nil
+}
+
+// uncommitted returns the pre-committed transactions of sink stage s not
+// committed yet, oldest first.
+func (t *task) uncommitted(s *stage) [][]byte {
+	var out [][]byte
+	for _, id := range slices.Sorted(maps.Keys(t.committables)) {
+		if c, ok := t.committables[id][s]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // onMail handles a mailbox message on the task goroutine; done is true
@@ -712,12 +729,14 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 	return false, fmt.Errorf("unknown control event %d", c.Kind)
 }
 
-// inputWatermark is the minimum watermark over the inputs that are open and
-// not idle; active is false when every open input is idle.
+// inputWatermark is the minimum watermark over the inputs that are not
+// idle; active is false when every input is idle.
 func (t *task) inputWatermark() (wm int64, active bool) {
 	wm = MaxWatermark
 	for _, in := range t.inputs {
-		if !in.ended && !in.idle {
+		// An input that ended keeps its last watermark (+inf after a
+		// bounded input): it never goes idle.
+		if !in.closed && (in.ended || !in.idle) {
 			wm, active = min(wm, in.wm), true
 		}
 	}

@@ -23,8 +23,12 @@
 // backend (bbolt, live state on disk) is added here without changing
 // operators.
 //
-// Dependencies: statestore imports only the standard library and
-// github.com/fxamacker/cbor/v2. It must not import any of eddy's packages
+// Checkpoint storage: CheckpointStore keeps completed checkpoints (and
+// exports savepoints) in one bbolt file per pipeline, every part checksummed
+// and a checkpoint marked complete atomically (docs/checkpoints.md).
+//
+// Dependencies: statestore imports only the standard library,
+// github.com/fxamacker/cbor/v2 and go.etcd.io/bbolt. It must not import any of eddy's packages
 // (pipeline, operators, connectors, cmd): the runtime and the operators import
 // statestore, never the other way round.
 package statestore

@@ -57,6 +57,9 @@ func init() {
 		// the types eddy's records use.
 		DefaultMapType: reflect.TypeOf(map[string]any(nil)),
 		IntDec:         cbor.IntDecConvertSignedOrBigInt,
+		// Keys and namespaces are canonical encodings, not text: an int
+		// key holds raw bytes that need not be valid UTF-8.
+		UTF8: cbor.UTF8DecodeInvalid,
 	}.DecMode()
 	if err != nil {
 		panic(err)

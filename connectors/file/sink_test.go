@@ -166,6 +166,10 @@ func TestSinkLoad(t *testing.T) {
 		{body: "path: out.csv\nformat: csv", wantErr: "columns: format csv needs the list of columns"},
 		{body: "path: out\nformat: text", wantErr: `format: must be json or csv, not "text"`},
 		{body: "path: out\ncolumns: [a]", wantErr: "t.yaml:9:14: columns: only applies to format csv"},
+		{body: "path: out/\nroll_size: 64KiB\nroll_interval: 15m"},
+		{body: "path: out/\nroll_size: 0", wantErr: "roll_size: must be positive"},
+		{body: "path: out/\nroll_size: 12XB", wantErr: `t.yaml:9:16: roll_size: "12XB" is not a size`},
+		{body: "path: out/\nroll_interval: -1s", wantErr: "roll_interval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {
@@ -175,7 +179,7 @@ func TestSinkLoad(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, pipeline.AtLeastOnce, cfg.(*SinkConfig).Guarantee())
+			require.Equal(t, pipeline.ExactlyOnce, cfg.(*SinkConfig).Guarantee(), "with checkpoints; the plan weighs the checkpoint block")
 		})
 	}
 }

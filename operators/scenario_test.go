@@ -1,0 +1,342 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// Data-driven window scenarios (in the manner of pebble's datadriven and
+// PromQL's .test files). A file under testdata/windows/ holds a step, then
+// a line "----", then commands, one per line ('#' starts a comment):
+//
+//	key_by: key                       the step's keys, as in a pipeline
+//	window: {type: tumbling, size: 10s}
+//	aggregate: {n: count()}
+//	----
+//	event key=a ts=1000 v=3           a record: fields name=value, ts= its event
+//	                                  time (none: processing time); consecutive
+//	                                  event lines are one batch
+//	watermark 9999                    OnWatermark (max: the final watermark)
+//	clock 12000                       set the processing time (OperatorContext.Now)
+//	processing-time 12000             set it and call OnProcessingTime when the
+//	                                  operator asked (WakeAt) for a time <= it
+//	end                               end of input: the final watermark, Finish
+//	restart                           snapshot the state backend, then restore it
+//	                                  into a new backend and a new operator (a
+//	                                  restore from a checkpoint; the watermark
+//	                                  starts over)
+//	expect                            the results emitted since the last expect,
+//	{"_firing":"on_time",...}         one JSON object per line (keys sorted);
+//	                                  none listed: nothing was emitted
+//	expect-late                       the same for the late side output
+//	expect-dropped 1                  the late-records-dropped counter
+//	expect-errors 1                   records that went to on_error
+//	expect-wake 20000                 the pending WakeAt request (0: none)
+//
+// Values are JSON when they parse as JSON (3 is an int, 2.5 a float, "a b"
+// a string), else strings. Every result must be expected: the file fails
+// if results are left unchecked at its end. Results of time windows must
+// carry the time window_end - 1.
+func TestWindowScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/windows/*.test")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".test"), func(t *testing.T) { runScenario(t, f) })
+	}
+}
+
+// scenario drives the window operator of one file.
+type scenario struct {
+	t        *testing.T
+	file     string
+	line     int
+	cfg      pipeline.StepConfig
+	op       pipeline.Operator
+	backend  *statestore.Memory
+	out      *collector
+	late     *collector
+	metrics  *pipeline.Metrics
+	info     pipeline.SubtaskInfo
+	policy   pipeline.OnError
+	keyExprs []*pipeline.Expr
+	vm       pipeline.VM
+	clock    int64
+	wake     int64
+	batch    []pipeline.Record
+	timeWin  bool
+}
+
+func runScenario(t *testing.T, file string) {
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	step, script, ok := strings.Cut(string(data), "\n----\n")
+	require.True(t, ok, "%s: no ---- line after the step", file)
+	stepLines := 1 + strings.Count(step, "\n") + 1
+	s := newScenario(t, file, step)
+	lines := strings.Split(script, "\n")
+	for i := 0; i < len(lines); i++ {
+		s.line = stepLines + i + 1
+		line := strings.TrimSpace(lines[i])
+		if c := strings.Index(line, "#"); c >= 0 && !strings.HasPrefix(line, "{") {
+			line = strings.TrimSpace(line[:c])
+		}
+		if line == "" {
+			continue
+		}
+		cmd, arg, _ := strings.Cut(line, " ")
+		if cmd != "event" {
+			s.flushBatch()
+		}
+		switch cmd {
+		case "event":
+			s.batch = append(s.batch, s.event(arg))
+		case "watermark":
+			wm := pipeline.MaxWatermark
+			if arg != "max" {
+				wm = s.int(arg)
+			}
+			s.call(func() error { return s.op.(pipeline.WatermarkHandler).OnWatermark(wm, s.out) })
+		case "clock":
+			s.clock = s.int(arg)
+		case "processing-time":
+			s.clock = s.int(arg)
+			s.fireProcessingTime()
+		case "restart":
+			s.restart()
+		case "end":
+			s.call(func() error { return s.op.(pipeline.WatermarkHandler).OnWatermark(pipeline.MaxWatermark, s.out) })
+			s.call(func() error { return s.op.(pipeline.Finisher).Finish(s.out) })
+		case "expect", "expect-late":
+			var want []string
+			for i+1 < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "{") {
+				i++
+				want = append(want, strings.TrimSpace(lines[i]))
+			}
+			got := s.out
+			if cmd == "expect-late" {
+				got = s.late
+			}
+			s.expect(cmd, want, got)
+		case "expect-dropped":
+			require.Equal(t, float64(s.int(arg)), pipeline.CounterValue(s.metrics.LateDropped(s.info)), s.at("late records dropped"))
+		case "expect-errors":
+			require.Equal(t, float64(s.int(arg)), pipeline.CounterValue(s.metrics.RecordErrors(s.info, s.policy)), s.at("records that failed"))
+		case "expect-wake":
+			require.Equal(t, s.int(arg), s.wake, s.at("pending wake-up"))
+		default:
+			t.Fatalf("%s: unknown command %q", s.at(""), cmd)
+		}
+	}
+	s.flushBatch()
+	s.line = 0
+	s.expect("the end of the file", nil, s.out)
+	s.expect("the end of the file (late)", nil, s.late)
+}
+
+func newScenario(t *testing.T, file, step string) *scenario {
+	var body strings.Builder
+	body.WriteString("  - id: s\n")
+	for _, l := range strings.Split(strings.TrimRight(step, "\n"), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") {
+			continue
+		}
+		body.WriteString("    " + l + "\n")
+	}
+	spec, err := loadSteps(body.String())
+	require.NoError(t, err, "%s: the step does not load", file)
+	st := spec.Steps[0]
+	s := &scenario{t: t, file: file, cfg: st.Config, out: &collector{}, late: &collector{}, metrics: pipeline.NewMetrics(), policy: st.OnError}
+	s.keyExprs = st.Config.(pipeline.KeyedStep).KeyExprs()
+	if kb, ok := st.Config.(*KeyByConfig); ok && kb.plan != nil {
+		s.timeWin = kb.plan.kind != kindCount && kb.plan.kind != kindGlobal
+	}
+	s.info = pipeline.SubtaskInfo{ID: st.ID, Parallelism: 1, MaxParallelism: 128, PipelineName: spec.Name, Logger: slog.Default(), Metrics: s.metrics}
+	s.open(nil)
+	return s
+}
+
+// open opens a new operator on a new backend restored from blobs.
+func (s *scenario) open(blobs [][]byte) {
+	t := s.t
+	op, err := s.cfg.NewOperator()
+	require.NoError(t, err)
+	backend, err := statestore.NewMemory(statestore.Options{
+		KeyGroup:  func(key string) int { return pipeline.KeyGroup(key, 128) },
+		KeyGroups: [2]int{0, 128},
+		Clock:     func() int64 { return s.clock },
+	})
+	require.NoError(t, err)
+	require.NoError(t, backend.Restore(blobs...))
+	oc := &pipeline.OperatorContext{
+		SubtaskInfo: s.info,
+		Errors:      pipeline.NewErrorHandler(s.info, s.policy, &collector{}),
+		Side: func(name string) pipeline.Emitter {
+			require.Equal(t, lateSide, name, "the only side output of a window")
+			return s.late
+		},
+		Now: func() int64 { return s.clock },
+		WakeAt: func(at int64) {
+			if s.wake == 0 || at < s.wake {
+				s.wake = at
+			}
+		},
+		KeyedState: func() (statestore.Backend, error) { return backend, nil },
+	}
+	s.wake = 0
+	require.NoError(t, op.Open(context.Background(), oc))
+	s.op, s.backend = op, backend
+	t.Cleanup(func() {
+		require.NoError(t, op.Close())
+		require.NoError(t, backend.Close())
+	})
+}
+
+// restart snapshots the backend and restores it into a new operator.
+func (s *scenario) restart() {
+	snap, err := s.backend.Snapshot()
+	require.NoError(s.t, err)
+	var blobs [][]byte
+	require.NoError(s.t, snap.EncodeGroups(func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
+	snap.Release()
+	s.open(blobs)
+}
+
+func (s *scenario) at(what string) string {
+	return fmt.Sprintf("%s:%d: %s", s.file, s.line, what)
+}
+
+func (s *scenario) int(arg string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(arg), 10, 64)
+	require.NoError(s.t, err, s.at("want a number"))
+	return n
+}
+
+// event parses "name=value ..." into a keyed record, as the runtime's hash
+// partitioning would key it.
+func (s *scenario) event(arg string) pipeline.Record {
+	r := pipeline.Record{Fields: map[string]any{}, Time: pipeline.NoTime}
+	for _, kv := range splitArgs(arg) {
+		name, val, ok := strings.Cut(kv, "=")
+		require.True(s.t, ok, s.at("event arguments are name=value"))
+		if name == "ts" {
+			r.Time = s.int(val)
+			continue
+		}
+		r.Fields[name] = parseValue(val)
+	}
+	vals := make([]any, len(s.keyExprs))
+	for i, e := range s.keyExprs {
+		v, err := s.vm.Eval(e, r.Fields)
+		require.NoError(s.t, err, s.at("key"))
+		vals[i] = v
+	}
+	var key []byte
+	var err error
+	if len(vals) == 1 {
+		key, err = pipeline.EncodeKey(nil, vals[0])
+	} else {
+		key, err = pipeline.EncodeKey(nil, vals)
+	}
+	require.NoError(s.t, err, s.at("key"))
+	r.Key = string(key)
+	return r
+}
+
+// splitArgs splits at spaces outside double quotes.
+func splitArgs(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted := false
+	for _, c := range s {
+		switch {
+		case c == '"':
+			quoted = !quoted
+			cur.WriteRune(c)
+		case c == ' ' && !quoted:
+			if cur.Len() > 0 {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(c)
+		}
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// parseValue reads JSON (ints as int64), else takes the text as a string.
+func parseValue(v string) any {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n
+	}
+	var x any
+	if err := json.Unmarshal([]byte(v), &x); err == nil {
+		return x
+	}
+	return v
+}
+
+func (s *scenario) flushBatch() {
+	if len(s.batch) == 0 {
+		return
+	}
+	b := s.batch
+	s.batch = nil
+	s.call(func() error { return s.op.Process(b, s.out) })
+}
+
+// call runs one operator call and checks it emitted at most once per output.
+func (s *scenario) call(f func() error) {
+	out, late := s.out.emits, s.late.emits
+	require.NoError(s.t, f(), s.at("operator call"))
+	require.LessOrEqual(s.t, s.out.emits-out, 1, s.at("one emit per call"))
+	require.LessOrEqual(s.t, s.late.emits-late, 1, s.at("one late emit per call"))
+}
+
+// fireProcessingTime calls OnProcessingTime as the runtime does: when the
+// requested wake-up is due.
+func (s *scenario) fireProcessingTime() {
+	if s.wake == 0 || s.wake > s.clock {
+		return
+	}
+	s.wake = 0
+	pth := s.op.(pipeline.ProcessingTimeHandler)
+	s.call(func() error { return pth.OnProcessingTime(s.clock, s.out) })
+}
+
+func (s *scenario) expect(what string, want []string, got *collector) {
+	s.t.Helper()
+	lines := make([]string, 0, len(got.records))
+	for _, r := range got.records {
+		b, err := json.Marshal(r.Fields)
+		require.NoError(s.t, err)
+		lines = append(lines, string(b))
+		if end, ok := r.Fields[fieldWindowEnd].(int64); ok && s.timeWin && got == s.out {
+			require.Equal(s.t, end-1, r.Time, s.at("a time window's result has the time window_end - 1: "+string(b)))
+		}
+	}
+	got.records = nil
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(want, lines) {
+		s.t.Fatalf("%s: %s:\nwant:\n%s\ngot:\n%s", s.at(""), what, strings.Join(want, "\n"), strings.Join(lines, "\n"))
+	}
+}

@@ -1,0 +1,163 @@
+package operators
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/eddy-stream/eddy/operators/agg"
+	"github.com/fxamacker/cbor/v2"
+)
+
+// The keyed state of a window step lives in the subtask's statestore
+// backend, addressed by (key, namespace). A window, pane or session
+// namespace is a tag byte and an int64 in 10 bytes of 7 bits each
+// (big-endian, sign bit flipped so that the bytes sort like the numbers):
+// ASCII, because snapshots store namespaces as CBOR text, which must be
+// valid UTF-8.
+const (
+	tagEvent   = 'e' // an event-time window or pane: its start
+	tagProc    = 'p' // a processing-time window or pane: its start
+	tagCount   = 'c' // a count window pane: its index
+	tagGlobal  = 'g' // the global window (no number)
+	tagCounter = 'n' // count windows: the key's record counter (no number)
+
+	nsLen = 11
+)
+
+func encodeNS(tag byte, v int64) string {
+	var b [nsLen]byte
+	b[0] = tag
+	u := uint64(v) ^ (1 << 63)
+	for i := nsLen - 1; i >= 1; i-- {
+		b[i] = byte(u & 0x7f)
+		u >>= 7
+	}
+	return string(b[:])
+}
+
+// decodeNS splits a namespace into its tag and number (0 for the
+// namespaces without one).
+func decodeNS(ns string) (tag byte, v int64) {
+	if ns == "" {
+		return 0, 0
+	}
+	if len(ns) != nsLen {
+		return ns[0], 0
+	}
+	var u uint64
+	for i := 1; i < nsLen; i++ {
+		u = u<<7 | uint64(ns[i])
+	}
+	return ns[0], int64(u ^ (1 << 63))
+}
+
+// nsCache hands out the namespace strings of one tag without allocating for
+// the ones in use: records of a batch mostly fall into few windows.
+type nsCache struct {
+	tag   byte
+	lastV int64
+	lastS string
+	m     map[int64]string
+}
+
+func newNSCache(tag byte) *nsCache { return &nsCache{tag: tag, m: map[int64]string{}} }
+
+func (c *nsCache) get(v int64) string {
+	if c.lastS != "" && c.lastV == v {
+		return c.lastS
+	}
+	s, ok := c.m[v]
+	if !ok {
+		if len(c.m) >= 1<<14 {
+			clear(c.m)
+		}
+		s = encodeNS(c.tag, v)
+		c.m[v] = s
+	}
+	c.lastV, c.lastS = v, s
+	return s
+}
+
+// accBox is the accumulator of one key in one window, pane or session: the
+// aggregate row plus what the operator needs besides. It is the ACC of the
+// window's AggregatingState, so the backend snapshots it (MarshalCBOR) and
+// copies it on write after a snapshot (windowOp.copyBox).
+type accBox struct {
+	// row is nil after a restore until first used: raw holds its encoding,
+	// which needs the step's specs to decode (windowOp.rowOf).
+	row *agg.Row
+	raw cbor.RawMessage
+	// maxTime is the greatest event time added (pipeline.NoTime: none).
+	maxTime int64
+}
+
+// boxWire is accBox's snapshot encoding: [row, maxTime].
+type boxWire struct {
+	_       struct{} `cbor:",toarray"`
+	Row     cbor.RawMessage
+	MaxTime int64
+}
+
+// MarshalCBOR encodes the box for a snapshot. It runs on the goroutine that
+// encodes the snapshot, reading a box that the task no longer writes (the
+// backend copies it first).
+func (b *accBox) MarshalCBOR() ([]byte, error) {
+	raw := b.raw
+	if b.row != nil {
+		var err error
+		if raw, err = b.row.MarshalCBOR(); err != nil {
+			return nil, err
+		}
+	}
+	return cbor.Marshal(boxWire{Row: raw, MaxTime: b.maxTime})
+}
+
+// UnmarshalCBOR keeps the row's encoding for windowOp.rowOf.
+func (b *accBox) UnmarshalCBOR(data []byte) error {
+	var w boxWire
+	if err := cbor.Unmarshal(data, &w); err != nil {
+		return fmt.Errorf("window accumulator: %w", err)
+	}
+	b.row, b.raw, b.maxTime = nil, w.Row, w.MaxTime
+	return nil
+}
+
+// addIn is the input of the AggregatingState's Add: a record, and what the
+// add reports back (the state's Add returns nothing).
+type addIn struct {
+	fields map[string]any
+	time   int64
+	// fresh is set when the add created the accumulator; box is the
+	// accumulator after the add.
+	fresh bool
+	box   *accBox
+	err   error
+}
+
+// satAdd adds without overflowing: window ends and cleanup times near the
+// ends of the int64 range saturate.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
+}
+
+// floorMod is a mod b in [0, b) for b > 0, also for negative a.
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// alignedNext is the first multiple of every after now: when an early or
+// periodic firing requested at now happens.
+func alignedNext(now, every int64) int64 {
+	return satAdd(now-floorMod(now, every), every)
+}

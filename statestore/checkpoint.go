@@ -1,0 +1,1095 @@
+package statestore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"iter"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Checkpoint storage (DESIGN.md §3 "Storage"): the durable half of a
+// checkpoint. The checkpoint coordinator (pipeline/) begins checkpoint N,
+// the tasks' asynchronous snapshot parts Put their blobs into it from their
+// own goroutines, and the coordinator Completes it once every task acked.
+// docs/checkpoints.md specifies the file layout.
+//
+// Guarantees:
+//   - A checkpoint is complete once its metadata record is committed, in one
+//     bbolt transaction, after every part's transaction was committed (bbolt
+//     writes and fsyncs each commit). No read ever returns an incomplete
+//     checkpoint.
+//   - Every part is stored with its CRC32-C, and the metadata lists every
+//     part with its size and CRC32-C; Latest verifies all of it and falls
+//     back to the previous retained checkpoint when the newest does not
+//     verify, with a warning.
+//   - Retention keeps the newest Retain completed checkpoints, and deletes
+//     incomplete leftovers (aborted, failed, or from a crash).
+
+const (
+	// CheckpointFileName is the checkpoint store's file in its state dir.
+	CheckpointFileName = "checkpoints.db"
+	// checkpointOwnerFile records the process holding the store, for the
+	// error a second process gets.
+	checkpointOwnerFile = CheckpointFileName + ".owner"
+
+	// DefaultCheckpointRetain is CheckpointStoreOptions.Retain's default,
+	// as the pipeline file's checkpoint.retain.
+	DefaultCheckpointRetain = 3
+	// DefaultCheckpointLockTimeout is CheckpointStoreOptions.LockTimeout's
+	// default.
+	DefaultCheckpointLockTimeout = time.Second
+
+	// MaxPartNameLen bounds a part name (a bbolt key).
+	MaxPartNameLen = 1024
+	// MaxCommittablesSize bounds the committables of one checkpoint (keys
+	// and values), which live in the metadata record.
+	MaxCommittablesSize = 1 << 20
+
+	// A group commit takes puts until it holds this many bytes or items.
+	maxBatchBytes = 64 << 20
+	maxBatchItems = 1024
+)
+
+// CheckpointStoreOptions configure OpenCheckpointStore.
+type CheckpointStoreOptions struct {
+	// Retain is the number of completed checkpoints kept (the pipeline
+	// file's checkpoint.retain); 0 means DefaultCheckpointRetain. Keep at
+	// least 2 so that a corrupt newest checkpoint has one to fall back to.
+	Retain int
+	// Logger gets the warnings (fallback to an older checkpoint, failed
+	// retention) and debug lines (deletions). Default: slog.Default().
+	Logger *slog.Logger
+	// LockTimeout bounds the wait for the file lock that another process
+	// may hold (ErrStateDirLocked). 0 means DefaultCheckpointLockTimeout.
+	LockTimeout time.Duration
+	// Faults injects failures at the storage seams; tests only. Nil in
+	// production.
+	Faults CheckpointFaults
+}
+
+// CheckpointMeta describes a checkpoint: what Begin is given, and what
+// Checkpoint.Meta returns.
+type CheckpointMeta struct {
+	// Pipeline is the pipeline's name.
+	Pipeline string
+	// FileHash identifies the pipeline file the checkpoint was taken with
+	// (e.g. "sha256:…"), so that a restore can tell it changed.
+	FileHash string
+	// Time is when the checkpoint was triggered; Begin sets the zero time to
+	// now.
+	Time time.Time
+	// Committables are small values stored in the metadata record,
+	// typically the two-phase-commit sinks' pre-committed transactions
+	// (DESIGN.md §3), keyed by e.g. "sink/<id>/<subtask>". At most
+	// MaxCommittablesSize bytes in all.
+	Committables map[string][]byte
+}
+
+// PartInfo is what the metadata records of one part.
+type PartInfo struct {
+	Name   string
+	Size   int64  // bytes of the blob
+	CRC32C uint32 // CRC32-C (Castagnoli) of the blob
+}
+
+// CheckpointInfo is one row of List.
+type CheckpointInfo struct {
+	ID       int64
+	Time     time.Time // when it was triggered (CheckpointMeta.Time)
+	Pipeline string
+	Size     int64 // bytes of the parts stored so far
+	Parts    int   // parts stored so far
+	Complete bool  // the metadata record is written; says nothing of verification
+}
+
+// CheckpointStore stores the checkpoints of one pipeline in one bbolt file,
+// DIR/checkpoints.db, which one process at a time holds open (a file lock).
+//
+// All methods are safe for concurrent use. Write transactions go through a
+// single writer goroutine that group-commits the Puts queued while it
+// commits the previous group, so concurrent Puts share fsyncs.
+type CheckpointStore struct {
+	dir         string
+	path        string
+	db          *bolt.DB
+	retain      int
+	log         *slog.Logger
+	faults      CheckpointFaults
+	lockTimeout time.Duration
+
+	reqs       chan *writeReq
+	writerDone chan struct{}
+
+	mu          sync.Mutex
+	closed      bool
+	inflight    sync.WaitGroup // submitted write requests not answered yet
+	active      map[int64]*PendingCheckpoint
+	maxComplete int64
+
+	// pinMu guards pins, and is held by retention from its choice of
+	// victims to their deletion, so that a pinned checkpoint (one a
+	// Checkpoint value or an export reads) is never deleted under it.
+	pinMu sync.Mutex
+	pins  map[int64]int
+}
+
+// OpenCheckpointStore opens (creating it and dir if needed) the checkpoint
+// store of one pipeline: the bbolt file DIR/checkpoints.db. It waits at most
+// LockTimeout for the file lock, then fails with ErrStateDirLocked naming
+// the process that holds it. Opening deletes incomplete leftovers (from a
+// crash) and checkpoints past retention.
+func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointStore, error) {
+	if opts.Retain < 0 {
+		return nil, fmt.Errorf("open checkpoint store in %s: retain %d is negative", dir, opts.Retain)
+	}
+	s := &CheckpointStore{
+		dir:         dir,
+		path:        filepath.Join(dir, CheckpointFileName),
+		retain:      cmp.Or(opts.Retain, DefaultCheckpointRetain),
+		log:         opts.Logger,
+		faults:      opts.Faults,
+		lockTimeout: cmp.Or(opts.LockTimeout, DefaultCheckpointLockTimeout),
+		reqs:        make(chan *writeReq, 64),
+		writerDone:  make(chan struct{}),
+		active:      map[int64]*PendingCheckpoint{},
+		pins:        map[int64]int{},
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.faults == nil {
+		s.faults = noFaults{}
+	}
+	wrap := func(err error) error { return fmt.Errorf("open checkpoint store %s: %w", s.path, err) }
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, wrap(err)
+	}
+	_, statErr := os.Stat(s.path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	db, err := bolt.Open(s.path, 0o600, &bolt.Options{
+		Timeout:      s.lockTimeout,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("state dir %s is in use by another eddy (%s; its lock on %s was not released within %s): %w",
+			dir, readOwner(filepath.Join(dir, checkpointOwnerFile)), CheckpointFileName, s.lockTimeout, ErrStateDirLocked)
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	s.db = db
+	if created {
+		if err := syncDir(dir); err != nil {
+			_ = db.Close()
+			return nil, wrap(err)
+		}
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := checkFormat(tx, storeKind, true); err != nil {
+			return err
+		}
+		root := tx.Bucket(bktCheckpoints)
+		c := root.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			if id, ok := ckptID(k); ok && v == nil && root.Bucket(k).Get(keyMeta) != nil {
+				s.maxComplete = id
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, wrap(err)
+	}
+	writeOwner(filepath.Join(dir, checkpointOwnerFile))
+	s.applyRetention()
+	go s.writer()
+	return s, nil
+}
+
+// Path returns the store's file.
+func (s *CheckpointStore) Path() string { return s.path }
+
+// Close waits for the writes in flight (and Puts blocked in them), then
+// closes the file and releases the lock. Pending checkpoints stay
+// incomplete (the next open deletes them); Checkpoints read from the store
+// fail with ErrStoreClosed. When ctx ends first, Close returns its error and
+// the file is closed once the writes finish. Later calls return nil.
+func (s *CheckpointStore) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		s.inflight.Wait()
+		close(s.reqs)
+		<-s.writerDone
+		removeOwner(filepath.Join(s.dir, checkpointOwnerFile))
+		done <- s.db.Close()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close checkpoint store %s: %w", s.path, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close checkpoint store %s: writes still in flight: %w", s.path, ctx.Err())
+	}
+}
+
+// Begin starts writing checkpoint id, which must be positive, not being
+// written already, and greater than every completed checkpoint of the store
+// (ErrCheckpointID): after a restore, continue from the newest id List
+// shows, plus one. An incomplete leftover with this id is deleted. Nothing
+// is written until the first Put (or Complete). Called by the checkpoint
+// coordinator when it triggers checkpoint id.
+func (s *CheckpointStore) Begin(id int64, meta CheckpointMeta) (*PendingCheckpoint, error) {
+	wrap := func(err error) error { return fmt.Errorf("begin checkpoint %d: %w", id, err) }
+	if id <= 0 {
+		return nil, wrap(fmt.Errorf("%w: ids start at 1", ErrCheckpointID))
+	}
+	if err := checkCommittables(meta.Committables); err != nil {
+		return nil, wrap(err)
+	}
+	if meta.Time.IsZero() {
+		meta.Time = time.Now()
+	}
+	meta.Committables = maps.Clone(meta.Committables)
+	info, err := encodeRecord(recInfo, wireInfo{ID: id, Time: meta.Time.UnixNano(), Pipeline: meta.Pipeline, FileHash: meta.FileHash})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	p := &PendingCheckpoint{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return nil, wrap(ErrStoreClosed)
+	case s.active[id] != nil:
+		s.mu.Unlock()
+		return nil, wrap(fmt.Errorf("%w: checkpoint %d is being written already", ErrCheckpointID, id))
+	case id <= s.maxComplete:
+		newest := s.maxComplete
+		s.mu.Unlock()
+		return nil, wrap(fmt.Errorf("%w: checkpoint %d is complete; new ids must be greater", ErrCheckpointID, newest))
+	}
+	s.active[id] = p
+	s.mu.Unlock()
+
+	var leftover bool
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		leftover = tx.Bucket(bktCheckpoints).Bucket(ckptKey(id)) != nil
+		return nil
+	}); err != nil {
+		s.deactivate(id)
+		return nil, wrap(err)
+	}
+	if leftover {
+		if err := s.submit(&writeReq{op: wDelete, ids: []int64{id}, fault: OpAbort}); err != nil {
+			s.deactivate(id)
+			return nil, wrap(fmt.Errorf("delete incomplete leftover: %w", err))
+		}
+	}
+	return p, nil
+}
+
+func checkCommittables(c map[string][]byte) error {
+	n := 0
+	for k, v := range c {
+		n += len(k) + len(v)
+	}
+	if n > MaxCommittablesSize {
+		return fmt.Errorf("committables of %d bytes exceed %d", n, MaxCommittablesSize)
+	}
+	return nil
+}
+
+func (s *CheckpointStore) deactivate(id int64) {
+	s.mu.Lock()
+	delete(s.active, id)
+	s.mu.Unlock()
+}
+
+// List returns the checkpoints in the store, complete or not, newest first.
+// It does not verify them (Latest does).
+func (s *CheckpointStore) List() ([]CheckpointInfo, error) {
+	var out []CheckpointInfo
+	err := s.view(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bktCheckpoints)
+		c := root.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			id, ok := ckptID(k)
+			if !ok || v != nil {
+				continue // not a checkpoint bucket: ignored, as by Latest
+			}
+			cb := root.Bucket(k)
+			ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
+			var info wireInfo
+			if decodeRecord(recInfo, cb.Get(keyInfo), &info) == nil {
+				ci.Time = time.Unix(0, info.Time)
+				ci.Pipeline = info.Pipeline
+			}
+			if pb := cb.Bucket(bktParts); pb != nil {
+				pc := pb.Cursor()
+				for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
+					ci.Parts++
+					ci.Size += int64(max(len(pv)-partTrailer, 0))
+				}
+			}
+			out = append(out, ci)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints in %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// Latest returns the newest completed checkpoint whose metadata and every
+// part verify. A newer one that does not verify is skipped with a warning
+// naming it and saying why. With no completed checkpoint at all it returns
+// ErrNoCheckpoint; when none verifies, an error wrapping
+// ErrNoValidCheckpoint (and each checkpoint's ErrCheckpointCorrupt) that
+// lists what was tried. It reads every byte of the checkpoint it returns
+// and of those it skips. The Checkpoint must be closed; until then,
+// retention keeps it.
+func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
+	var ids []int64
+	incomplete := 0
+	err := s.view(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bktCheckpoints)
+		c := root.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			id, ok := ckptID(k)
+			if !ok || v != nil {
+				continue
+			}
+			if root.Bucket(k).Get(keyMeta) != nil {
+				ids = append(ids, id)
+			} else {
+				incomplete++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, err)
+	}
+	if len(ids) == 0 {
+		if incomplete > 0 {
+			return nil, fmt.Errorf("latest checkpoint in %s: %w (%d incomplete ignored)", s.path, ErrNoCheckpoint, incomplete)
+		}
+		return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, ErrNoCheckpoint)
+	}
+	var errs []error
+	for i, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, err)
+		}
+		cp, err := s.open(ctx, id)
+		if err == nil {
+			return cp, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrStoreClosed) {
+			return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, err)
+		}
+		errs = append(errs, fmt.Errorf("checkpoint %d: %w", id, err))
+		if i+1 < len(ids) {
+			s.log.Warn("checkpoint is unreadable; falling back to the previous retained checkpoint",
+				"store", s.path, "checkpoint", id, "reason", err.Error(), "fallback", ids[i+1])
+		} else {
+			s.log.Warn("checkpoint is unreadable; no older checkpoint to fall back to",
+				"store", s.path, "checkpoint", id, "reason", err.Error())
+		}
+	}
+	return nil, fmt.Errorf("%w in %s: tried %d completed checkpoint(s) %v, none verifies; "+
+		"restore from a savepoint, or move the state dir away to start from scratch: %w",
+		ErrNoValidCheckpoint, s.path, len(ids), ids, errors.Join(errs...))
+}
+
+// Checkpoint returns completed checkpoint id after verifying it entirely,
+// as Latest does but without falling back (ErrNoCheckpoint when there is
+// no such completed checkpoint).
+func (s *CheckpointStore) Checkpoint(ctx context.Context, id int64) (*Checkpoint, error) {
+	cp, err := s.open(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.path, err)
+	}
+	return cp, nil
+}
+
+func (s *CheckpointStore) open(ctx context.Context, id int64) (*Checkpoint, error) {
+	if err := s.pin(id); err != nil {
+		return nil, err
+	}
+	var r *ckptRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		r, err = verifyCheckpoint(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		s.unpin(id)
+		return nil, err
+	}
+	return &Checkpoint{rec: r, db: s.db, store: s}, nil
+}
+
+// view runs fn in a read transaction unless the store is closed.
+func (s *CheckpointStore) view(fn func(*bolt.Tx) error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrStoreClosed
+	}
+	err := s.db.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrStoreClosed
+	}
+	return err
+}
+
+func (s *CheckpointStore) pin(id int64) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrStoreClosed
+	}
+	s.pinMu.Lock()
+	s.pins[id]++
+	s.pinMu.Unlock()
+	return nil
+}
+
+func (s *CheckpointStore) unpin(id int64) {
+	s.pinMu.Lock()
+	if s.pins[id]--; s.pins[id] <= 0 {
+		delete(s.pins, id)
+	}
+	s.pinMu.Unlock()
+}
+
+// PendingCheckpoint is a checkpoint being written: parts come in with Put,
+// then Complete makes it visible, or Abort deletes it.
+type PendingCheckpoint struct {
+	s    *CheckpointStore
+	id   int64
+	meta CheckpointMeta
+	info []byte // the info record, written with the first part
+
+	mu    sync.Mutex
+	state pendingCkptState
+	err   error // the first failed write
+	parts map[string]PartInfo
+	puts  sync.WaitGroup // Puts in flight
+}
+
+type pendingCkptState uint8
+
+const (
+	pendingCkptOpen pendingCkptState = iota
+	pendingCkptCompleting
+	pendingCkptCompleted
+	pendingCkptFailed
+	pendingCkptAborted
+)
+
+// ID returns the checkpoint's id.
+func (p *PendingCheckpoint) ID() int64 { return p.id }
+
+// Put stores one part of the checkpoint, e.g. "op/<step id>/<subtask>" (a
+// task's keyed-state blobs), "src/<source id>/<subtask>" (a source's
+// position) or "sink/<id>/<subtask>". It returns once the part is committed
+// and fsynced. Called from the tasks' asynchronous snapshot goroutines,
+// concurrently: Puts queued while the writer commits are committed together,
+// in one transaction (one fsync). blob may be reused once Put returns.
+//
+// A part name is stored once (ErrDuplicatePart). A failed Put fails the
+// checkpoint: Complete then returns ErrCheckpointFailed; Abort it.
+func (p *PendingCheckpoint) Put(part string, blob []byte) error {
+	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
+	if part == "" || len(part) > MaxPartNameLen {
+		return wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
+	}
+	if len(blob)+partTrailer > bolt.MaxValueSize {
+		return wrap(fmt.Errorf("%w: a blob of %d bytes (at most %d)", ErrInvalidPart, len(blob), bolt.MaxValueSize-partTrailer))
+	}
+	p.mu.Lock()
+	switch {
+	case p.state != pendingCkptOpen:
+		p.mu.Unlock()
+		return wrap(ErrCheckpointFinished)
+	case p.err != nil:
+		err := p.err
+		p.mu.Unlock()
+		return wrap(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
+	}
+	if _, dup := p.parts[part]; dup {
+		p.mu.Unlock()
+		return wrap(ErrDuplicatePart)
+	}
+	crc := crc32.Checksum(blob, crcTable)
+	p.parts[part] = PartInfo{Name: part, Size: int64(len(blob)), CRC32C: crc}
+	p.puts.Add(1)
+	p.mu.Unlock()
+	defer p.puts.Done()
+
+	stored, err := p.s.faults.Blob(p.id, part, blob)
+	if err == nil {
+		err = p.s.submit(&writeReq{op: wPut, p: p, id: p.id, part: part, value: partValue(stored, crc)})
+	}
+	if err != nil {
+		p.fail(err)
+		return wrap(err)
+	}
+	return nil
+}
+
+// SetCommittable adds (or replaces) a committable: a small value kept in
+// the metadata record, such as a two-phase-commit sink's pre-committed
+// transaction. Safe for concurrent use; must precede Complete.
+func (p *PendingCheckpoint) SetCommittable(key string, value []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != pendingCkptOpen {
+		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, ErrCheckpointFinished)
+	}
+	next := maps.Clone(p.meta.Committables)
+	if next == nil {
+		next = map[string][]byte{}
+	}
+	next[key] = slices.Clone(value)
+	if err := checkCommittables(next); err != nil {
+		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, err)
+	}
+	p.meta.Committables = next
+	return nil
+}
+
+func (p *PendingCheckpoint) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
+
+func (p *PendingCheckpoint) setState(st pendingCkptState) {
+	p.mu.Lock()
+	p.state = st
+	p.mu.Unlock()
+}
+
+// Complete makes the checkpoint visible: it waits for the Puts in flight,
+// then writes the metadata record (id, times, pipeline, file hash, every
+// part with its size and CRC32-C, the committables) in one transaction
+// that also checks that every part is stored. Once Complete returns nil the
+// checkpoint is durable and complete, and retention has run (its failure
+// is only logged: it is retried after the next checkpoint). Called by the
+// coordinator once every task acked.
+//
+// ctx bounds the wait for Puts and for the writer; a commit that started is
+// waited for. When Complete fails, the checkpoint is not complete and never
+// will be: Abort it (retention deletes it otherwise).
+func (p *PendingCheckpoint) Complete(ctx context.Context) error {
+	wrap := func(err error) error { return fmt.Errorf("complete checkpoint %d: %w", p.id, err) }
+	p.mu.Lock()
+	if p.state != pendingCkptOpen {
+		p.mu.Unlock()
+		return wrap(ErrCheckpointFinished)
+	}
+	p.state = pendingCkptCompleting
+	p.mu.Unlock()
+	fail := func(err error) error {
+		p.fail(err)
+		p.setState(pendingCkptFailed)
+		p.s.deactivate(p.id)
+		return wrap(err)
+	}
+	if err := waitGroup(ctx, &p.puts); err != nil {
+		return fail(err)
+	}
+	p.mu.Lock()
+	firstErr := p.err
+	parts := slices.SortedFunc(maps.Values(p.parts), func(a, b PartInfo) int { return strings.Compare(a.Name, b.Name) })
+	meta := p.meta
+	p.mu.Unlock()
+	if firstErr != nil {
+		return fail(fmt.Errorf("%w: %w", ErrCheckpointFailed, firstErr))
+	}
+	wm := wireMeta{
+		ID:           p.id,
+		Time:         meta.Time.UnixNano(),
+		Completed:    time.Now().UnixNano(),
+		Pipeline:     meta.Pipeline,
+		FileHash:     meta.FileHash,
+		Parts:        make([]wirePart, len(parts)),
+		Committables: meta.Committables,
+	}
+	for i, pi := range parts {
+		wm.Parts[i] = wirePart{Name: pi.Name, Size: pi.Size, CRC: pi.CRC32C}
+	}
+	rec, err := encodeRecord(recMeta, wm)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.s.submit(&writeReq{op: wComplete, p: p, id: p.id, ctx: ctx, value: rec, parts: parts}); err != nil {
+		return fail(err)
+	}
+	p.setState(pendingCkptCompleted)
+	return nil
+}
+
+// Abort deletes what the checkpoint wrote, after the Puts in flight. It is
+// a no-op after a successful Complete (so `defer p.Abort()` is fine) and
+// after another Abort. When the deletion fails, retention deletes the data
+// later.
+func (p *PendingCheckpoint) Abort() error {
+	p.mu.Lock()
+	switch p.state {
+	case pendingCkptCompleted, pendingCkptAborted:
+		p.mu.Unlock()
+		return nil
+	case pendingCkptCompleting:
+		p.mu.Unlock()
+		return fmt.Errorf("abort checkpoint %d: %w: Complete is running", p.id, ErrCheckpointFinished)
+	}
+	p.state = pendingCkptAborted
+	p.mu.Unlock()
+	p.puts.Wait()
+	err := p.s.submit(&writeReq{op: wDelete, ids: []int64{p.id}, fault: OpAbort})
+	p.s.deactivate(p.id)
+	if err != nil {
+		return fmt.Errorf("abort checkpoint %d: %w", p.id, err)
+	}
+	return nil
+}
+
+// waitGroup waits for wg or ctx.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Checkpoint is a completed, verified checkpoint (from Latest, or
+// OpenSavepoint). Its parts are read from the file on demand, each checked
+// again. Safe for concurrent use; Close it when done.
+type Checkpoint struct {
+	rec   *ckptRecord
+	db    *bolt.DB
+	store *CheckpointStore // nil for a savepoint, whose db the Checkpoint owns
+
+	mu     sync.Mutex
+	closed bool
+	err    error
+}
+
+// ID returns the checkpoint's id.
+func (c *Checkpoint) ID() int64 { return c.rec.id }
+
+// Meta returns the checkpoint's metadata. The committables map is shared:
+// do not modify it.
+func (c *Checkpoint) Meta() CheckpointMeta { return c.rec.meta }
+
+// CompletedAt returns when Complete wrote the metadata.
+func (c *Checkpoint) CompletedAt() time.Time { return c.rec.completed }
+
+// Size returns the total bytes of the parts.
+func (c *Checkpoint) Size() int64 { return c.rec.size }
+
+// Parts lists the parts, sorted by name.
+func (c *Checkpoint) Parts() []PartInfo { return slices.Clone(c.rec.parts) }
+
+// Get returns a copy of one part's blob, checked against its checksum and
+// the metadata (ErrCheckpointCorrupt), or ErrPartNotFound.
+func (c *Checkpoint) Get(part string) ([]byte, error) {
+	wrap := func(err error) error { return fmt.Errorf("checkpoint %d: get part %q: %w", c.rec.id, part, err) }
+	pi, ok := c.rec.find(part)
+	if !ok {
+		return nil, wrap(ErrPartNotFound)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, wrap(ErrStoreClosed)
+	}
+	var blob []byte
+	read := func(tx *bolt.Tx) error {
+		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(c.rec.id))
+		if cb == nil || cb.Bucket(bktParts) == nil {
+			return fmt.Errorf("%w: the checkpoint was deleted", ErrCheckpointCorrupt)
+		}
+		v := cb.Bucket(bktParts).Get([]byte(part))
+		if v == nil {
+			return fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, part)
+		}
+		b, err := checkPart(v, pi)
+		blob = slices.Clone(b)
+		return err
+	}
+	var err error
+	if c.store != nil {
+		err = c.store.view(read)
+	} else {
+		err = c.db.View(read)
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return blob, nil
+}
+
+// Prefix yields, in name order, the parts whose name starts with prefix and
+// their blobs (copies, checked as by Get), e.g. Prefix("op/per_sensor/")
+// for every subtask's state of one step. When reading a part fails, the
+// iteration stops and Err returns the error.
+func (c *Checkpoint) Prefix(prefix string) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		parts := c.rec.parts
+		i, _ := slices.BinarySearchFunc(parts, prefix, func(p PartInfo, s string) int { return strings.Compare(p.Name, s) })
+		for ; i < len(parts) && strings.HasPrefix(parts[i].Name, prefix); i++ {
+			blob, err := c.Get(parts[i].Name)
+			if err != nil {
+				c.mu.Lock()
+				if c.err == nil {
+					c.err = err
+				}
+				c.mu.Unlock()
+				return
+			}
+			if !yield(parts[i].Name, blob) {
+				return
+			}
+		}
+	}
+}
+
+// Err returns the first error that stopped a Prefix iteration.
+func (c *Checkpoint) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close releases the checkpoint: retention may delete it again, and a
+// savepoint's file is closed. Later reads fail with ErrStoreClosed.
+func (c *Checkpoint) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if c.store != nil {
+		c.store.unpin(c.rec.id)
+		return nil
+	}
+	return c.db.Close()
+}
+
+// The writer goroutine: every write transaction of the store runs on it.
+
+type writeOp uint8
+
+const (
+	wPut writeOp = iota
+	wComplete
+	wDelete
+)
+
+type writeReq struct {
+	op    writeOp
+	p     *PendingCheckpoint
+	id    int64
+	part  string
+	value []byte     // wPut: the part value; wComplete: the metadata record
+	parts []PartInfo // wComplete: the parts the metadata lists
+	ctx   context.Context
+	ids   []int64      // wDelete
+	fault CheckpointOp // wDelete: OpAbort or OpRetain
+	done  chan error
+}
+
+// submit hands r to the writer and waits for its result.
+func (s *CheckpointStore) submit(r *writeReq) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrStoreClosed
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+	r.done = make(chan error, 1)
+	s.reqs <- r
+	return <-r.done
+}
+
+func (s *CheckpointStore) writer() {
+	defer close(s.writerDone)
+	var next *writeReq
+	for {
+		r := next
+		next = nil
+		if r == nil {
+			var ok bool
+			if r, ok = <-s.reqs; !ok {
+				return
+			}
+		}
+		switch r.op {
+		case wComplete:
+			r.done <- s.writeComplete(r)
+			continue
+		case wDelete:
+			r.done <- s.deleteCheckpoints(r.ids, r.fault)
+			continue
+		}
+		// Group commit: take the Puts that queued up meanwhile.
+		batch, size := []*writeReq{r}, len(r.value)
+	gather:
+		for len(batch) < maxBatchItems && size < maxBatchBytes {
+			select {
+			case r2, ok := <-s.reqs:
+				if !ok {
+					break gather
+				}
+				if r2.op != wPut {
+					next = r2
+					break gather
+				}
+				batch = append(batch, r2)
+				size += len(r2.value)
+			default:
+				break gather
+			}
+		}
+		err := s.writePuts(batch)
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+// ckptBucketForWrite returns the bucket of pending checkpoint p, creating
+// it (with its info record) on the first write.
+func ckptBucketForWrite(tx *bolt.Tx, p *PendingCheckpoint) (*bolt.Bucket, error) {
+	root := tx.Bucket(bktCheckpoints)
+	cb := root.Bucket(ckptKey(p.id))
+	if cb != nil {
+		if cb.Get(keyMeta) != nil {
+			return nil, fmt.Errorf("checkpoint %d is complete already", p.id)
+		}
+		return cb, nil
+	}
+	cb, err := root.CreateBucket(ckptKey(p.id))
+	if err != nil {
+		return nil, err
+	}
+	if err := cb.Put(keyInfo, p.info); err != nil {
+		return nil, err
+	}
+	if _, err := cb.CreateBucket(bktParts); err != nil {
+		return nil, err
+	}
+	return cb, nil
+}
+
+func (s *CheckpointStore) writePuts(batch []*writeReq) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, r := range batch {
+			cb, err := ckptBucketForWrite(tx, r.p)
+			if err != nil {
+				return err
+			}
+			if err := cb.Bucket(bktParts).Put([]byte(r.part), r.value); err != nil {
+				return err
+			}
+		}
+		for _, r := range batch {
+			if err := s.faults.Commit(OpPut, r.id, r.part); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s *CheckpointStore) writeComplete(r *writeReq) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cb, err := ckptBucketForWrite(tx, r.p)
+		if err != nil {
+			return err
+		}
+		pb := cb.Bucket(bktParts)
+		for _, pi := range r.parts {
+			if v := pb.Get([]byte(pi.Name)); v == nil || int64(len(v)-partTrailer) != pi.Size {
+				return fmt.Errorf("%w: part %q is not stored as written", ErrCheckpointCorrupt, pi.Name)
+			}
+		}
+		n := 0
+		c := pb.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		if n != len(r.parts) {
+			return fmt.Errorf("%w: %d parts stored, %d written", ErrCheckpointCorrupt, n, len(r.parts))
+		}
+		if err := cb.Put(keyMeta, r.value); err != nil {
+			return err
+		}
+		return s.faults.Commit(OpComplete, r.id, "")
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.active, r.id)
+	s.maxComplete = max(s.maxComplete, r.id)
+	s.mu.Unlock()
+	s.applyRetention()
+	return nil
+}
+
+func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bktCheckpoints)
+		for _, id := range ids {
+			cb := root.Bucket(ckptKey(id))
+			if cb == nil {
+				continue
+			}
+			if op == OpAbort && cb.Get(keyMeta) != nil {
+				return fmt.Errorf("checkpoint %d is complete; not deleting it", id)
+			}
+			if err := root.DeleteBucket(ckptKey(id)); err != nil {
+				return fmt.Errorf("delete checkpoint %d: %w", id, err)
+			}
+			if err := s.faults.Commit(op, id, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// applyRetention deletes the completed checkpoints past the newest Retain,
+// and incomplete ones that no PendingCheckpoint of this store is writing
+// (aborted, failed, leftovers of a crash), except pinned ones. It runs on
+// the writer goroutine (or in Open, before it starts); failures are logged.
+func (s *CheckpointStore) applyRetention() {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	s.mu.Lock()
+	active := maps.Clone(s.active)
+	s.mu.Unlock()
+	var victims []int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bktCheckpoints)
+		c := root.Cursor()
+		kept := 0
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			id, ok := ckptID(k)
+			if !ok || v != nil {
+				continue
+			}
+			if root.Bucket(k).Get(keyMeta) != nil {
+				if kept++; kept <= s.retain {
+					continue
+				}
+			} else if active[id] != nil {
+				continue
+			}
+			if s.pins[id] == 0 {
+				victims = append(victims, id)
+			}
+		}
+		return nil
+	})
+	if err == nil && len(victims) > 0 {
+		err = s.deleteCheckpoints(victims, OpRetain)
+	}
+	if err != nil {
+		s.log.Warn("checkpoint retention failed; retrying after the next checkpoint",
+			"store", s.path, "checkpoints", victims, "error", err.Error())
+		return
+	}
+	if len(victims) > 0 {
+		s.log.Debug("checkpoints deleted by retention", "store", s.path, "checkpoints", victims, "retain", s.retain)
+	}
+}
+
+// The owner file names the process holding the store, for the error that
+// a second one gets. It is informational: the lock is bbolt's flock.
+
+func writeOwner(path string) {
+	host, _ := os.Hostname()
+	line := "pid " + strconv.Itoa(os.Getpid()) + " on " + host + " since " + time.Now().Format(time.RFC3339) + "\n"
+	_ = os.WriteFile(path, []byte(line), 0o644)
+}
+
+func readOwner(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return "pid unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func removeOwner(path string) {
+	b, err := os.ReadFile(path)
+	if err == nil && strings.HasPrefix(string(b), "pid "+strconv.Itoa(os.Getpid())+" ") {
+		_ = os.Remove(path)
+	}
+}
+
+// syncDir fsyncs a directory, making a file created or renamed in it
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

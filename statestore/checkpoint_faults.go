@@ -1,0 +1,87 @@
+package statestore
+
+// CheckpointOp names a write step of the checkpoint storage, as the fault
+// hooks of CheckpointFaults see it.
+type CheckpointOp string
+
+// The write steps. The first five are bbolt transactions (CheckpointFaults.
+// Commit); the Savepoint* ones are file-system steps of ExportSavepoint
+// (CheckpointFaults.File).
+const (
+	OpPut      CheckpointOp = "put"      // a transaction storing parts (Put)
+	OpComplete CheckpointOp = "complete" // the transaction writing the metadata (Complete)
+	OpAbort    CheckpointOp = "abort"    // a transaction deleting an incomplete checkpoint (Abort, Begin)
+	OpRetain   CheckpointOp = "retain"   // a transaction deleting checkpoints past retention, or leftovers
+	OpExport   CheckpointOp = "export"   // a transaction writing a savepoint file
+
+	OpSavepointCreate  CheckpointOp = "savepoint-create"   // create PATH.tmp
+	OpSavepointSync    CheckpointOp = "savepoint-sync"     // fsync PATH.tmp once written
+	OpSavepointRename  CheckpointOp = "savepoint-rename"   // rename PATH.tmp to PATH
+	OpSavepointSyncDir CheckpointOp = "savepoint-sync-dir" // fsync PATH's directory
+)
+
+// CheckpointFaults is the fault-injection seam of the checkpoint storage
+// (like bbolt's failpoints): a test sets CheckpointStoreOptions.Faults to
+// make writes fail where a disk would, then checks that no failed checkpoint
+// is ever observed complete and that the previous one stays readable.
+// Production code leaves it nil. Methods are called from any goroutine,
+// concurrently.
+type CheckpointFaults interface {
+	// Blob is called by PendingCheckpoint.Put before the blob is written,
+	// with the blob the caller gave. It returns the bytes to store instead:
+	// a test returns a damaged copy to simulate a torn write (the stored
+	// checksum is still that of the original, so reads detect it), or an
+	// error (e.g. syscall.ENOSPC, a full disk) that fails the Put.
+	Blob(id int64, part string, blob []byte) ([]byte, error)
+
+	// Commit is called inside every write transaction, once per item it
+	// writes (op, checkpoint id, and part for OpPut, else ""), after the
+	// item's changes and before bbolt writes and fsyncs the transaction. An
+	// error rolls the whole transaction back, as a failed write or fsync
+	// would; every item of that transaction fails with it (several
+	// concurrent Puts share one transaction).
+	Commit(op CheckpointOp, id int64, part string) error
+
+	// File is called before each file-system step of ExportSavepoint; an
+	// error fails the step (and the export, which removes PATH.tmp).
+	File(op CheckpointOp, path string) error
+}
+
+// CheckpointFaultFuncs implements CheckpointFaults with optional functions;
+// a nil function injects nothing.
+type CheckpointFaultFuncs struct {
+	BlobFunc   func(id int64, part string, blob []byte) ([]byte, error)
+	CommitFunc func(op CheckpointOp, id int64, part string) error
+	FileFunc   func(op CheckpointOp, path string) error
+}
+
+// Blob implements CheckpointFaults.
+func (f CheckpointFaultFuncs) Blob(id int64, part string, blob []byte) ([]byte, error) {
+	if f.BlobFunc == nil {
+		return blob, nil
+	}
+	return f.BlobFunc(id, part, blob)
+}
+
+// Commit implements CheckpointFaults.
+func (f CheckpointFaultFuncs) Commit(op CheckpointOp, id int64, part string) error {
+	if f.CommitFunc == nil {
+		return nil
+	}
+	return f.CommitFunc(op, id, part)
+}
+
+// File implements CheckpointFaults.
+func (f CheckpointFaultFuncs) File(op CheckpointOp, path string) error {
+	if f.FileFunc == nil {
+		return nil
+	}
+	return f.FileFunc(op, path)
+}
+
+// noFaults is the CheckpointFaults of production.
+type noFaults struct{}
+
+func (noFaults) Blob(_ int64, _ string, blob []byte) ([]byte, error) { return blob, nil }
+func (noFaults) Commit(CheckpointOp, int64, string) error            { return nil }
+func (noFaults) File(CheckpointOp, string) error                     { return nil }

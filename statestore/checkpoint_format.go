@@ -1,0 +1,318 @@
+package statestore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// On-disk layout of checkpoint stores and savepoint files, version 1
+// (docs/checkpoints.md is the specification). Both are bbolt files:
+//
+//	bucket "eddy"
+//	    "format"          record 'f': {1: kind ("checkpoints" | "savepoint"), 2: created (unix ns)}
+//	bucket "checkpoints"
+//	    bucket <id>       id: uint64 big-endian, 8 bytes; one per checkpoint
+//	        "info"        record 'i': {1: id, 2: time, 3: pipeline, 4: file hash}
+//	        "meta"        record 'm': the metadata; its presence marks the checkpoint complete
+//	        bucket "parts"
+//	            <name>    blob ‖ CRC32-C(blob), uint32 big-endian
+//
+// A record is framed as
+//
+//	offset  size  field
+//	0       4     magic: the bytes 'e' 'd' 'c' 'p'
+//	4       1     format version (1)
+//	5       1     record type: 'f', 'i' or 'm'
+//	6       2     reserved, zero
+//	8       4     payload length N, uint32 big-endian
+//	12      N     payload: CBOR, Core Deterministic Encoding, integer map keys
+//	12+N    4     CRC32-C of bytes [0, 12+N), uint32 big-endian
+const (
+	ckptFormatVersion = 1
+	recHeaderSize     = 12
+	recTrailer        = 4
+	partTrailer       = 4
+
+	recFormat byte = 'f'
+	recInfo   byte = 'i'
+	recMeta   byte = 'm'
+
+	storeKind     = "checkpoints"
+	savepointKind = "savepoint"
+)
+
+var (
+	recMagic = [4]byte{'e', 'd', 'c', 'p'}
+
+	bktEddy        = []byte("eddy")
+	keyFormat      = []byte("format")
+	bktCheckpoints = []byte("checkpoints")
+	keyInfo        = []byte("info")
+	keyMeta        = []byte("meta")
+	bktParts       = []byte("parts")
+)
+
+// ckptKey is the bbolt key of checkpoint id: 8 bytes big-endian, so that a
+// cursor visits checkpoints in id order.
+func ckptKey(id int64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(id))
+}
+
+func ckptID(k []byte) (int64, bool) {
+	if len(k) != 8 {
+		return 0, false
+	}
+	id := int64(binary.BigEndian.Uint64(k))
+	return id, id > 0
+}
+
+type wireFormat struct {
+	Kind    string `cbor:"1,keyasint"`
+	Created int64  `cbor:"2,keyasint"`
+}
+
+type wireInfo struct {
+	ID       int64  `cbor:"1,keyasint"`
+	Time     int64  `cbor:"2,keyasint"`
+	Pipeline string `cbor:"3,keyasint"`
+	FileHash string `cbor:"4,keyasint"`
+}
+
+type wireMeta struct {
+	ID           int64             `cbor:"1,keyasint"`
+	Time         int64             `cbor:"2,keyasint"`
+	Completed    int64             `cbor:"3,keyasint"`
+	Pipeline     string            `cbor:"4,keyasint"`
+	FileHash     string            `cbor:"5,keyasint"`
+	Parts        []wirePart        `cbor:"6,keyasint"`
+	Committables map[string][]byte `cbor:"7,keyasint"`
+}
+
+type wirePart struct {
+	_    struct{} `cbor:",toarray"`
+	Name string
+	Size int64
+	CRC  uint32
+}
+
+// encodeRecord frames v, CBOR-encoded, as a record of type typ.
+func encodeRecord(typ byte, v any) ([]byte, error) {
+	payload, err := encMode.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint record %q: %w", typ, err)
+	}
+	rec := make([]byte, recHeaderSize, recHeaderSize+len(payload)+recTrailer)
+	copy(rec, recMagic[:])
+	rec[4] = ckptFormatVersion
+	rec[5] = typ
+	binary.BigEndian.PutUint32(rec[8:], uint32(len(payload)))
+	rec = append(rec, payload...)
+	return binary.BigEndian.AppendUint32(rec, crc32.Checksum(rec, crcTable)), nil
+}
+
+// decodeRecord checks a record's frame and checksum (ErrCheckpointCorrupt),
+// version (ErrCheckpointFormat) and type, and decodes its payload into v.
+func decodeRecord(typ byte, rec []byte, v any) error {
+	if len(rec) < recHeaderSize+recTrailer {
+		return fmt.Errorf("%w: record of %d bytes is truncated", ErrCheckpointCorrupt, len(rec))
+	}
+	if !bytes.Equal(rec[:4], recMagic[:]) {
+		return fmt.Errorf("%w: bad record magic %q", ErrCheckpointCorrupt, rec[:4])
+	}
+	n := int(binary.BigEndian.Uint32(rec[8:]))
+	if len(rec) != recHeaderSize+n+recTrailer {
+		return fmt.Errorf("%w: record of %d bytes, its header says %d", ErrCheckpointCorrupt, len(rec), recHeaderSize+n+recTrailer)
+	}
+	if got, want := crc32.Checksum(rec[:recHeaderSize+n], crcTable), binary.BigEndian.Uint32(rec[recHeaderSize+n:]); got != want {
+		return fmt.Errorf("%w: record checksum %08x, stored %08x", ErrCheckpointCorrupt, got, want)
+	}
+	if rec[4] != ckptFormatVersion {
+		return fmt.Errorf("%w: version %d (this build reads %d)", ErrCheckpointFormat, rec[4], ckptFormatVersion)
+	}
+	if rec[5] != typ {
+		return fmt.Errorf("%w: record type %q, expected %q", ErrCheckpointCorrupt, rec[5], typ)
+	}
+	if err := decMode.Unmarshal(rec[recHeaderSize:recHeaderSize+n], v); err != nil {
+		return fmt.Errorf("%w: decode record %q: %v", ErrCheckpointCorrupt, typ, err)
+	}
+	return nil
+}
+
+// partValue frames a blob as stored: the bytes, then the CRC32-C of the
+// original blob (which differs from stored when a fault hook tore it).
+func partValue(stored []byte, crc uint32) []byte {
+	v := make([]byte, len(stored)+partTrailer)
+	copy(v, stored)
+	binary.BigEndian.PutUint32(v[len(stored):], crc)
+	return v
+}
+
+// checkPart verifies a stored part value against its own checksum and
+// against the metadata's size and checksum, and returns the blob (pointing
+// into v).
+func checkPart(v []byte, want PartInfo) ([]byte, error) {
+	if len(v) < partTrailer {
+		return nil, fmt.Errorf("%w: part %q: value of %d bytes is truncated", ErrCheckpointCorrupt, want.Name, len(v))
+	}
+	blob := v[:len(v)-partTrailer]
+	stored := binary.BigEndian.Uint32(v[len(blob):])
+	if got := crc32.Checksum(blob, crcTable); got != stored {
+		return nil, fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCheckpointCorrupt, want.Name, got, stored)
+	}
+	if int64(len(blob)) != want.Size || stored != want.CRC32C {
+		return nil, fmt.Errorf("%w: part %q: %d bytes with checksum %08x, the metadata says %d bytes with %08x",
+			ErrCheckpointCorrupt, want.Name, len(blob), stored, want.Size, want.CRC32C)
+	}
+	return blob, nil
+}
+
+// checkFormat checks (or, when create is set and it is missing, writes) the
+// format record of a store or savepoint file.
+func checkFormat(tx *bolt.Tx, kind string, create bool) error {
+	b := tx.Bucket(bktEddy)
+	if b == nil || b.Get(keyFormat) == nil {
+		if !create {
+			return fmt.Errorf("%w: no %q record; not an eddy %s file", ErrCheckpointFormat, "format", kind)
+		}
+		rec, err := encodeRecord(recFormat, wireFormat{Kind: kind, Created: time.Now().UnixNano()})
+		if err != nil {
+			return err
+		}
+		if b, err = tx.CreateBucketIfNotExists(bktEddy); err != nil {
+			return err
+		}
+		if err := b.Put(keyFormat, rec); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucketIfNotExists(bktCheckpoints)
+		return err
+	}
+	var f wireFormat
+	if err := decodeRecord(recFormat, b.Get(keyFormat), &f); err != nil {
+		return fmt.Errorf("format record: %w", err)
+	}
+	if f.Kind != kind {
+		return fmt.Errorf("%w: an eddy %s file, not a %s file", ErrCheckpointFormat, f.Kind, kind)
+	}
+	if tx.Bucket(bktCheckpoints) == nil {
+		if !create {
+			return fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktCheckpoints)
+		}
+		_, err := tx.CreateBucket(bktCheckpoints)
+		return err
+	}
+	return nil
+}
+
+// ckptRecord is a decoded, verified checkpoint.
+type ckptRecord struct {
+	id        int64
+	meta      CheckpointMeta
+	completed time.Time
+	parts     []PartInfo // sorted by name
+	size      int64
+}
+
+func (r *ckptRecord) find(part string) (PartInfo, bool) {
+	i, ok := slices.BinarySearchFunc(r.parts, part, func(p PartInfo, name string) int { return strings.Compare(p.Name, name) })
+	if !ok {
+		return PartInfo{}, false
+	}
+	return r.parts[i], true
+}
+
+// readMeta decodes and checks the metadata of completed checkpoint id, not
+// its parts.
+func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
+	root := tx.Bucket(bktCheckpoints)
+	if root == nil {
+		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktCheckpoints)
+	}
+	cb := root.Bucket(ckptKey(id))
+	if cb == nil {
+		return nil, fmt.Errorf("%w: checkpoint %d", ErrNoCheckpoint, id)
+	}
+	mv := cb.Get(keyMeta)
+	if mv == nil {
+		return nil, fmt.Errorf("%w: checkpoint %d is incomplete", ErrNoCheckpoint, id)
+	}
+	var m wireMeta
+	if err := decodeRecord(recMeta, mv, &m); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	if m.ID != id {
+		return nil, fmt.Errorf("%w: metadata of checkpoint %d says id %d", ErrCheckpointCorrupt, id, m.ID)
+	}
+	r := &ckptRecord{
+		id: id,
+		meta: CheckpointMeta{
+			Pipeline:     m.Pipeline,
+			FileHash:     m.FileHash,
+			Time:         time.Unix(0, m.Time),
+			Committables: m.Committables,
+		},
+		completed: time.Unix(0, m.Completed),
+		parts:     make([]PartInfo, len(m.Parts)),
+	}
+	for i, p := range m.Parts {
+		if i > 0 && m.Parts[i-1].Name >= p.Name {
+			return nil, fmt.Errorf("%w: metadata lists parts out of order (%q after %q)", ErrCheckpointCorrupt, p.Name, m.Parts[i-1].Name)
+		}
+		if p.Size < 0 {
+			return nil, fmt.Errorf("%w: metadata gives part %q a size of %d", ErrCheckpointCorrupt, p.Name, p.Size)
+		}
+		r.parts[i] = PartInfo{Name: p.Name, Size: p.Size, CRC32C: p.CRC}
+		r.size += p.Size
+	}
+	return r, nil
+}
+
+// verifyCheckpoint checks completed checkpoint id entirely: its metadata,
+// then every part it lists (present, checksum, size, checksum as listed),
+// then that no part is stored that the metadata does not list.
+func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, id int64) (*ckptRecord, error) {
+	r, err := readMeta(tx, id)
+	if err != nil {
+		return nil, err
+	}
+	pb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id)).Bucket(bktParts)
+	if pb == nil {
+		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktParts)
+	}
+	for _, p := range r.parts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		v := pb.Get([]byte(p.Name))
+		if v == nil {
+			return nil, fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, p.Name)
+		}
+		if _, err := checkPart(v, p); err != nil {
+			return nil, err
+		}
+	}
+	n := 0
+	c := pb.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		n++
+		if n > len(r.parts) {
+			break
+		}
+	}
+	if n != len(r.parts) {
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if _, ok := r.find(string(k)); !ok {
+				return nil, fmt.Errorf("%w: part %q is not listed in the metadata", ErrCheckpointCorrupt, k)
+			}
+		}
+	}
+	return r, nil
+}
