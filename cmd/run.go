@@ -1,10 +1,11 @@
 package cmd
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -20,13 +21,18 @@ const keyStateDir = "state-dir"
 
 // runOptions are the flags of `eddy run`.
 type runOptions struct {
-	global *globalOptions
+	global  *globalOptions
+	restore restoreOptions
 }
 
 // AddFlags adds --state-dir and binds it to viper (EDDY_STATE_DIR).
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.String(keyStateDir, "./eddy-state", "directory for checkpoints and state, a sub-directory per pipeline name (env "+envName(keyStateDir)+")")
 	bindFlag(o.global.v, fs, keyStateDir)
+	fs.BoolVar(&o.restore.fresh, "fresh", false, "ignore the pipeline's checkpoints: discard them and start from the beginning (asks first)")
+	fs.BoolVar(&o.restore.yes, "yes", false, "with --fresh: do not ask")
+	fs.StringVar(&o.restore.fromSavepoint, "from-savepoint", "", "restore from this savepoint file instead of the latest checkpoint")
+	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
 	fs.Int(keyGCPercent, defaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
 }
@@ -77,7 +83,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 	logger.Info("starting pipeline", "file", file, "tasks", len(plan.Chains), "subtasks", subtasks,
 		"guarantee", plan.Guarantee.String(),
-		"state_dir", filepath.Join(o.global.v.GetString(keyStateDir), spec.Name))
+		"state_dir", stateDir(spec, o.global.v.GetString(keyStateDir)))
 	if plan.Guarantee < pipeline.ExactlyOnce {
 		logger.Warn("end-to-end guarantee is below exactly-once", "guarantee", plan.Guarantee.String(),
 			"why", strings.Join(plan.GuaranteeWhy, "; "))
@@ -98,8 +104,29 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	defer signal.Stop(sigs)
 
 	metrics := pipeline.NewMetrics()
+	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped}
+	if spec.Checkpoint != nil {
+		dir := stateDir(spec, o.global.v.GetString(keyStateDir))
+		store, restore, next, err := openCheckpoints(c.Context(), logger, spec, dir, o.restore, c.InOrStdin(), c.ErrOrStderr())
+		if err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) {
+				return err
+			}
+			logger.Error("cannot start", "err", err)
+			return reported(exitFailure)
+		}
+		defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
+		opts.Store, opts.FirstCheckpointID = pipeline.BoltCheckpoints(store), next
+		if restore != nil {
+			defer func() { _ = restore.Close() }()
+			opts.Restore = pipeline.RestoredFrom(restore)
+		}
+	} else if o.restore.fresh || o.restore.fromSavepoint != "" {
+		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
+	}
 	start := time.Now()
-	job, err := pipeline.Start(c.Context(), plan, pipeline.JobOptions{Logger: logger, Metrics: metrics})
+	job, err := pipeline.Start(c.Context(), plan, opts)
 	if err != nil {
 		logger.Error("pipeline failed to start", "err", err)
 		return reported(exitFailure)

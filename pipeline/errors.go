@@ -12,4 +12,7 @@ var (
 	ErrStopped = errors.New("pipeline stopped")
 	// ErrRecordFailed wraps a record error under on_error: fail.
 	ErrRecordFailed = errors.New("record failed")
+	// ErrRestore is returned when a checkpoint cannot be restored into the
+	// pipeline as it is now.
+	ErrRestore = errors.New("cannot restore")
 )

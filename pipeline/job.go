@@ -24,6 +24,12 @@ type JobOptions struct {
 	Store CheckpointStore
 	// Restore is the checkpoint or savepoint to start from, or nil.
 	Restore RestoredCheckpoint
+	// FirstCheckpointID is the id of the first checkpoint this run takes;
+	// 0 means one after Restore's. It must exceed every id in the store.
+	FirstCheckpointID int64
+	// AllowNonRestoredState lets a restore drop the state of steps that are
+	// no longer in the pipeline; without it such a restore fails.
+	AllowNonRestoredState bool
 }
 
 // Ack is a task's acknowledgement of checkpoint barrier Checkpoint: the task
@@ -77,7 +83,11 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		if opts.Restore != nil {
 			first = opts.Restore.ID() + 1
 		}
+		first = max(first, opts.FirstCheckpointID)
 		j.coord = newCoordinator(j, *cp, opts.Store, first)
+	}
+	if err := checkRestore(plan, opts); err != nil {
+		return nil, err
 	}
 	if err := j.build(); err != nil {
 		return nil, err
@@ -171,6 +181,30 @@ func (j *Job) TriggerCheckpoint(ctx context.Context, b Barrier) error {
 			return errors.New("trigger checkpoint: the job has ended")
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// checkRestore rejects a restore that would drop state: keyed state of a
+// step that is gone (unless allowed), or sink transactions of a sink that
+// is gone (never allowed: they hold committed output).
+func checkRestore(plan *Plan, opts JobOptions) error {
+	if opts.Restore == nil {
+		return nil
+	}
+	for _, part := range opts.Restore.Parts() {
+		kind, id, _, ok := parsePart(part)
+		if !ok || plan.Node(id) != nil {
+			continue
+		}
+		switch {
+		case kind == "op" && !opts.AllowNonRestoredState:
+			return fmt.Errorf("%w: checkpoint %d holds state of step %q, which the pipeline no longer has; run with --allow-non-restored-state to drop it",
+				ErrRestore, opts.Restore.ID(), id)
+		case kind == "sink":
+			return fmt.Errorf("%w: checkpoint %d holds pending output of sink %q, which the pipeline no longer has",
+				ErrRestore, opts.Restore.ID(), id)
 		}
 	}
 	return nil

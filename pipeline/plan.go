@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -180,7 +179,7 @@ func Compile(spec *Spec) (*Plan, error) {
 	}
 	plan.Nodes = order
 	plan.buildChains(spec.Runtime.Chaining)
-	plan.Guarantee, plan.GuaranteeWhy = guarantee(order)
+	plan.Guarantee, plan.GuaranteeWhy = guarantee(spec, order)
 	return plan, nil
 }
 
@@ -246,7 +245,7 @@ func (p *Plan) buildChains(chaining bool) {
 	}
 }
 
-func guarantee(nodes []*Node) (Guarantee, []string) {
+func guarantee(spec *Spec, nodes []*Node) (Guarantee, []string) {
 	g := ExactlyOnce
 	var why []string
 	for _, n := range nodes {
@@ -268,6 +267,13 @@ func guarantee(nodes []*Node) (Guarantee, []string) {
 		}
 		g = min(g, cg)
 	}
-	// Without checkpoints (a later feature) nothing survives a crash.
-	return min(g, AtMostOnce), slices.Concat(why, []string{"no checkpoint block: state and positions are not saved, so a crash loses in-flight results"})
+	switch {
+	case spec.Checkpoint == nil:
+		why = append(why, "no checkpoint block: state and positions are not saved, so a crash loses in-flight results")
+		g = AtMostOnce
+	case spec.Checkpoint.Mode == AtLeastOnceMode && g == ExactlyOnce:
+		why = append(why, "checkpoint.mode is at_least_once: barriers are not aligned, so a restore may repeat records")
+		g = AtLeastOnce
+	}
+	return g, why
 }

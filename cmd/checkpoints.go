@@ -1,0 +1,109 @@
+package cmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// stateDir returns the state directory of a pipeline: the file's state.dir,
+// else the runner's --state-dir, with a sub-directory per pipeline name.
+func stateDir(spec *pipeline.Spec, runnerDir string) string {
+	dir := spec.State.Dir
+	if dir == "" {
+		dir = runnerDir
+	}
+	return filepath.Join(dir, spec.Name)
+}
+
+// restoreOptions are the restore flags of `eddy run`.
+type restoreOptions struct {
+	fresh         bool
+	yes           bool
+	fromSavepoint string
+	allowDropped  bool
+}
+
+// openCheckpoints opens the pipeline's checkpoint store and finds what the
+// run restores from: a savepoint, the latest valid checkpoint (an unreadable
+// one falls back to the previous, with a warning), or nothing.
+func openCheckpoints(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, dir string, o restoreOptions, in io.Reader, out io.Writer) (
+	store *statestore.CheckpointStore, restore *statestore.Checkpoint, next int64, err error,
+) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, 0, fmt.Errorf("create state dir: %w", err)
+	}
+	if o.fresh {
+		if err := discardCheckpoints(dir, o.yes, in, out); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: spec.Checkpoint.Retain, Logger: logger})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("open checkpoints in %s: %w", dir, err)
+	}
+	list, err := store.List()
+	if err != nil {
+		_ = store.Close(ctx)
+		return nil, nil, 0, fmt.Errorf("list checkpoints in %s: %w", dir, err)
+	}
+	for _, c := range list {
+		next = max(next, c.ID+1)
+	}
+	switch {
+	case o.fromSavepoint != "":
+		restore, err = statestore.OpenSavepoint(o.fromSavepoint)
+		if err != nil {
+			_ = store.Close(ctx)
+			return nil, nil, 0, fmt.Errorf("open savepoint %s: %w", o.fromSavepoint, err)
+		}
+		next = max(next, restore.ID()+1)
+		logger.Info("restoring from savepoint", "path", o.fromSavepoint, "checkpoint", restore.ID())
+	default:
+		restore, err = store.Latest(ctx)
+		switch {
+		case errors.Is(err, statestore.ErrNoCheckpoint):
+			logger.Info("no checkpoint to restore: starting from the beginning", "state_dir", dir)
+			return store, nil, max(next, 1), nil
+		case err != nil:
+			_ = store.Close(ctx)
+			return nil, nil, 0, fmt.Errorf("restore from %s: %w (eddy never starts fresh on its own: fix or move the state dir, or run with --fresh)", dir, err)
+		}
+		logger.Info("restoring from checkpoint", "checkpoint", restore.ID(), "completed", restore.CompletedAt())
+	}
+	if h := restore.Meta().FileHash; h != "" && h != spec.Hash {
+		logger.Warn("the pipeline file changed since the checkpoint was taken; state is matched by step id", "checkpoint", restore.ID())
+	}
+	return store, restore, next, nil
+}
+
+// discardCheckpoints removes the checkpoint store of dir, after the user
+// confirmed (or --yes).
+func discardCheckpoints(dir string, yes bool, in io.Reader, out io.Writer) error {
+	path := filepath.Join(dir, statestore.CheckpointFileName)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if !yes {
+		fmt.Fprintf(out, "--fresh discards every checkpoint in %s. Continue? [y/N] ", dir)
+		answer, _ := bufio.NewReader(in).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return invalidInput("not confirmed: the checkpoints in %s are kept (add --yes to skip the question)", dir)
+		}
+	}
+	for _, f := range []string{path, path + ".owner"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("discard checkpoints: %w", err)
+		}
+	}
+	return nil
+}

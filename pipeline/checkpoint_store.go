@@ -1,0 +1,34 @@
+package pipeline
+
+import (
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// boltStore adapts statestore's bbolt checkpoint store to CheckpointStore.
+type boltStore struct {
+	s *statestore.CheckpointStore
+}
+
+// BoltCheckpoints returns the CheckpointStore that writes to s.
+func BoltCheckpoints(s *statestore.CheckpointStore) CheckpointStore { return boltStore{s: s} }
+
+func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, error) {
+	return b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
+}
+
+// restoredBolt adapts a verified checkpoint or savepoint to RestoredCheckpoint.
+type restoredBolt struct {
+	*statestore.Checkpoint
+}
+
+// RestoredFrom returns the RestoredCheckpoint of a checkpoint or savepoint.
+func RestoredFrom(c *statestore.Checkpoint) RestoredCheckpoint { return restoredBolt{c} }
+
+func (r restoredBolt) Parts() []string {
+	parts := r.Checkpoint.Parts()
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.Name
+	}
+	return out
+}
