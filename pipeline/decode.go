@@ -202,16 +202,27 @@ func describeType(t reflect.Type) string {
 }
 
 func suggest(key string, fields []fieldInfo) string {
-	best, bestD := "", 3
-	for _, f := range fields {
-		if d := editDistance(key, f.name); d < bestD {
-			best, bestD = f.name, d
-		}
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
 	}
-	if best != "" {
+	if best := Closest(key, names); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return ""
+}
+
+// Closest returns the candidate nearest to name by edit distance, if one is
+// within two edits (ties: the first in sorted order), else "". It serves
+// every "did you mean" of eddy's messages.
+func Closest(name string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(name, c); d < bestD || (d == bestD && c < best) {
+			best, bestD = c, d
+		}
+	}
+	return best
 }
 
 func editDistance(a, b string) int {

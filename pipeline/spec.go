@@ -395,11 +395,9 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 			if slices.Contains(Keys(stepCommon{}), k.Value) {
 				continue
 			}
-			for _, kind := range env.StepKinds() {
-				if editDistance(k.Value, kind) <= 2 {
-					p.at(k, "steps[%d]: unknown step kind %q (did you mean %q?)", i, k.Value, kind)
-					return nil
-				}
+			if kind := Closest(k.Value, env.StepKinds()); kind != "" {
+				p.at(k, "steps[%d]: unknown step kind %q (did you mean %q?)", i, k.Value, kind)
+				return nil
 			}
 		}
 		p.at(n, "steps[%d] does nothing: give it one of %s", i, strings.Join(env.StepKinds(), ", "))

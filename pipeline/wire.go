@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -194,13 +195,7 @@ func (p *problems) checkCycles(spec *Spec) {
 }
 
 func suggestID(id string, streams map[string]StreamRef) string {
-	best, bestD := "", 3
-	for k := range streams {
-		if d := editDistance(id, k); d < bestD || (d == bestD && k < best) {
-			best, bestD = k, d
-		}
-	}
-	if best != "" {
+	if best := Closest(id, slices.Collect(maps.Keys(streams))); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return ""

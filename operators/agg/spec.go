@@ -385,33 +385,7 @@ func suggestFunc(name string) string {
 	if a, ok := aliases[lower]; ok {
 		return a
 	}
-	best, bestD := "", 3
-	for f := FuncCount; f < numFuncs; f++ {
-		if d := editDistance(lower, funcNames[f]); d < bestD {
-			best, bestD = funcNames[f], d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return pipeline.Closest(lower, funcNames[FuncCount:numFuncs])
 }
 
 // Names returns the output fields in order, for a step to check them
