@@ -39,6 +39,19 @@ type restoreOptions struct {
 func openCheckpoints(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, dir string, o restoreOptions, in io.Reader, out io.Writer) (
 	store *statestore.CheckpointStore, restore *statestore.Checkpoint, next int64, err error,
 ) {
+	// A store damaged beyond its checksums makes bbolt panic or fault:
+	// that is a failure to report (exit 1), not a crash.
+	err = guardStore(dir, func() error {
+		var gerr error
+		store, restore, next, gerr = findRestore(ctx, logger, spec, dir, o, in, out)
+		return gerr
+	})
+	return store, restore, next, err
+}
+
+func findRestore(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, dir string, o restoreOptions, in io.Reader, out io.Writer) (
+	store *statestore.CheckpointStore, restore *statestore.Checkpoint, next int64, err error,
+) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, 0, fmt.Errorf("create state dir: %w", err)
 	}

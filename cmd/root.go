@@ -81,6 +81,7 @@ flags or arguments).`,
 		newExplainCommand(),
 		newVersionCommand(),
 	)
+	root.AddCommand(newCheckpointsCommand(g))
 	return root
 }
 

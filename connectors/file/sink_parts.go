@@ -246,7 +246,7 @@ func (p *partWriter) open(ctx context.Context, committables [][]byte) error {
 		}
 		removed++
 		p.logger.Info("file sink removed a part file no checkpoint references; the sources replay its records",
-			"sink", p.id, "subtask", p.subtask, "file", name)
+			"file", name)
 	}
 	if removed > 0 {
 		if err := p.fs.SyncDir(p.layout.dir); err != nil {
