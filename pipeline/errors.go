@@ -8,8 +8,6 @@ var (
 	ErrInvalid = errors.New("invalid pipeline")
 	// ErrBadKey is returned for a key value that cannot be encoded.
 	ErrBadKey = errors.New("bad key")
-	// ErrStopped is returned by a run that was stopped on request.
-	ErrStopped = errors.New("pipeline stopped")
 	// ErrRecordFailed wraps a record error under on_error: fail.
 	ErrRecordFailed = errors.New("record failed")
 	// ErrRestore is returned when a checkpoint cannot be restored into the

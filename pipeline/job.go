@@ -273,9 +273,9 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 	t.logger = j.opts.Logger.With("task", t.name)
 	// Inputs of the head, in edge order then sender order.
 	for _, e := range c.Head().Inputs {
-		for s, row := range chans[e] {
+		for _, row := range chans[e] {
 			if ch := row[sub]; ch != nil {
-				t.inputs = append(t.inputs, &input{ch: ch, edge: e, sender: s, wm: MinWatermark})
+				t.inputs = append(t.inputs, &input{ch: ch, edge: e, wm: MinWatermark})
 			}
 		}
 	}

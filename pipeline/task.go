@@ -45,7 +45,6 @@ func (t *task) post(m mail) {
 type input struct {
 	ch      chan Batch
 	edge    *Edge
-	sender  int
 	wm      int64
 	ended   bool // end of data
 	closed  bool // terminated
@@ -93,6 +92,8 @@ type task struct {
 	wmGen   *watermarks
 	vm      VM
 	srcErrs *ErrorHandler
+	// one is the batch of a record emitted on its own (watermark.interval 0).
+	one [1]Record
 }
 
 func (t *task) run(ctx context.Context) (err error) {
@@ -525,7 +526,8 @@ func (t *task) emitRead(rb *ReadBatch) error {
 			r.Time = ts
 			t.wmGen.observe(rb.Split, ts, now)
 			if perRecord {
-				if err := t.head.out.Emit([]Record{r}); err != nil {
+				t.one[0] = r
+				if err := t.head.out.Emit(t.one[:]); err != nil {
 					return err
 				}
 				if err := t.emitWatermark(now); err != nil {
