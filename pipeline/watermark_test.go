@@ -75,24 +75,11 @@ sinks:
     type: collect
 `)
 	c := cols["out"]
-	c.written = make(chan int, 1<<16)
-	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{})
-	require.NoError(t, err)
 	// Run until the union's watermark passed 500, then cancel: slow never
 	// ends (a stop would end its input, and an ended input no longer holds
 	// the watermark back).
-	for {
-		<-c.written
-		wms := watermarksOf(c.all())
-		if len(wms) > 0 && wms[len(wms)-1] > 500 {
-			break
-		}
-	}
+	job := runUntilWatermark(t, plan, c, 500)
 	job.Cancel()
-	go func() {
-		for range c.written {
-		}
-	}()
 	require.ErrorIs(t, job.Wait(), context.Canceled)
 	// fast runs far ahead (n*100) and ends (+inf); slow never ends. The
 	// union's watermark is the minimum: never ahead of what slow has sent.
@@ -136,23 +123,30 @@ sinks:
   - id: out
     type: collect
 `)
-	c := cols["out"]
+	// quiet never read a record: it is idle at once and busy's watermark
+	// goes through: a watermark past 1000 arrives.
+	job := runUntilWatermark(t, plan, cols["out"], 1000)
+	job.Stop()
+	require.NoError(t, job.Wait())
+}
+
+// runUntilWatermark starts plan and returns once collector c received a
+// watermark record past wm; what c receives after that is not waited for.
+func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64) *pipeline.Job {
+	t.Helper()
 	c.written = make(chan int, 1<<16)
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{})
 	require.NoError(t, err)
-	// quiet never read a record: it is idle at once and busy's watermark
-	// goes through. Wait for a watermark past 1000.
 	for {
 		<-c.written
 		wms := watermarksOf(c.all())
-		if len(wms) > 0 && wms[len(wms)-1] > 1000 {
+		if len(wms) > 0 && wms[len(wms)-1] > wm {
 			break
 		}
 	}
-	job.Stop()
 	go func() {
 		for range c.written {
 		}
 	}()
-	require.NoError(t, job.Wait())
+	return job
 }
