@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,27 @@ func TestCheckpointsSurviveCrashes(t *testing.T) {
 			require.Equal(t, 3000, len(ns), "at-least-once: nothing missing")
 		})
 	}
+}
+
+// TestRestoreRefusesToDropState restores a checkpoint into a pipeline whose
+// stateful step was renamed: the restore fails unless dropping that state
+// is allowed, and then the renamed step starts empty.
+func TestRestoreRefusesToDropState(t *testing.T) {
+	store, log := newMemStore(), newTxnLog()
+	plan, _ := load(t, fmt.Sprintf(exactlyOnceText, "exactly_once", 1))
+	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
+	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: store}))
+	restored := store.latest()
+	require.NotNil(t, restored)
+
+	renamed := strings.Replace(fmt.Sprintf(exactlyOnceText, "exactly_once", 1), "id: counts", "id: tallies", 1)
+	plan, _ = load(t, renamed)
+	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
+	_, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: restored})
+	require.ErrorIs(t, err, pipeline.ErrRestore)
+	require.ErrorContains(t, err, `state of step "counts"`)
+
+	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: restored, AllowNonRestoredState: true})
+	require.NoError(t, err)
+	require.NoError(t, job.Wait())
 }
