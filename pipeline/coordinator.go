@@ -163,15 +163,15 @@ func (c *coordinator) trigger(final bool) bool {
 	for _, n := range c.job.plan.Nodes {
 		meta.Parallelism[n.ID] = n.Parallelism
 	}
+	if final {
+		c.final = id // a final checkpoint that fails fails the job
+	}
 	p, err := c.store.Begin(id, meta)
 	if err != nil {
 		c.failed(id, fmt.Errorf("begin checkpoint %d: %w", id, err))
 		return true
 	}
 	c.pending[id] = &inFlight{id: id, started: time.Now(), pending: p, final: final}
-	if final {
-		c.final = id
-	}
 	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final)
 	for _, t := range c.job.tasks {
 		if t.head.src != nil {
