@@ -15,6 +15,7 @@ import (
 
 	"github.com/eddy-stream/eddy/connectors/stdio"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 const keyStateDir = "state-dir"
@@ -105,9 +106,12 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 
 	metrics := pipeline.NewMetrics()
 	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped}
+	var store *statestore.CheckpointStore
 	if spec.Checkpoint != nil {
 		dir := stateDir(spec, o.global.v.GetString(keyStateDir))
-		store, restore, next, err := openCheckpoints(c.Context(), logger, spec, dir, o.restore, c.InOrStdin(), c.ErrOrStderr())
+		var restore *statestore.Checkpoint
+		var next int64
+		store, restore, next, err = openCheckpoints(c.Context(), logger, spec, dir, o.restore, c.InOrStdin(), c.ErrOrStderr())
 		if err != nil {
 			var ee *exitError
 			if errors.As(err, &ee) {
@@ -126,33 +130,62 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
 	}
 	start := time.Now()
-	job, err := pipeline.Start(c.Context(), plan, opts)
-	if err != nil {
-		logger.Error("pipeline failed to start", "err", err)
-		return reported(exitFailure)
-	}
-
+	policy := pipeline.NewRestartPolicy(spec.Restart)
 	status := "finished"
 	stopped := false
-wait:
-	for {
-		select {
-		case <-job.Done():
-			break wait
-		case sig := <-sigs:
-			if !stopped {
-				stopped, status = true, "stopped"
-				logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
-					"signal", sig.String())
-				job.Stop()
-				continue
+	var runErr error
+	for attempt := 1; ; attempt++ {
+		job, err := pipeline.Start(c.Context(), plan, opts)
+		if err != nil {
+			logger.Error("pipeline failed to start", "err", err)
+			return reported(exitFailure)
+		}
+	wait:
+		for {
+			select {
+			case <-job.Done():
+				break wait
+			case sig := <-sigs:
+				if !stopped {
+					stopped, status = true, "stopped"
+					logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
+						"signal", sig.String())
+					job.Stop()
+					continue
+				}
+				status = "cancelled"
+				logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
+				job.Cancel()
 			}
-			status = "cancelled"
-			logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
-			job.Cancel()
+		}
+		runErr = job.Wait()
+		if runErr == nil || stopped {
+			break
+		}
+		// A failure: restart from the latest checkpoint if the strategy allows.
+		delay, why := policy.Next(time.Now())
+		if why != nil {
+			if spec.Restart.Strategy != "none" {
+				logger.Error("not restarting", "reason", why.Error())
+			}
+			break
+		}
+		logger.Warn("pipeline failed: restarting from the latest checkpoint", "err", runErr.Error(), "restart", attempt, "delay", delay)
+		select {
+		case <-time.After(delay):
+		case sig := <-sigs:
+			logger.Info("not restarting: stopped while waiting to restart", "signal", sig.String())
+			return reported(exitFailure)
+		}
+		if opts, err = restartOptions(c.Context(), opts, store); err != nil {
+			logger.Error("cannot restart", "err", err)
+			return reported(exitFailure)
+		}
+		if plan, err = pipeline.Compile(spec); err != nil {
+			logger.Error("cannot restart", "err", err)
+			return reported(exitFailure)
 		}
 	}
-	runErr := job.Wait()
 
 	if runErr != nil && status != "cancelled" {
 		status = "failed"
@@ -196,4 +229,28 @@ func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (r
 		}
 	}
 	return read, written
+}
+
+// restartOptions points the next attempt at the latest complete checkpoint
+// (none yet: the beginning) and at the next free checkpoint id.
+func restartOptions(ctx context.Context, opts pipeline.JobOptions, store *statestore.CheckpointStore) (pipeline.JobOptions, error) {
+	list, err := store.List()
+	if err != nil {
+		return opts, err
+	}
+	for _, c := range list {
+		opts.FirstCheckpointID = max(opts.FirstCheckpointID, c.ID+1)
+	}
+	latest, err := store.Latest(ctx)
+	switch {
+	case errors.Is(err, statestore.ErrNoCheckpoint):
+		opts.Restore = nil
+		return opts, nil
+	case err != nil:
+		return opts, err
+	}
+	// The checkpoint stays open (pinned against retention) for the rest of
+	// the process; a restart is rare.
+	opts.Restore = pipeline.RestoredFrom(latest)
+	return opts, nil
 }

@@ -29,6 +29,7 @@ type Spec struct {
 	// Checkpoint is nil when the file has no checkpoint block.
 	Checkpoint *CheckpointSpec
 	State      StateSpec
+	Restart    RestartSpec
 
 	Sources []*SourceSpec
 	Steps   []*StepSpec
@@ -107,6 +108,7 @@ type (
 		Runtime        RuntimeSpec     `yaml:"runtime"`
 		Checkpoint     *CheckpointSpec `yaml:"checkpoint"`
 		State          StateSpec       `yaml:"state"`
+		Restart        RestartSpec     `yaml:"restart"`
 		Sources        []yaml.Node     `yaml:"sources" eddy:"required"`
 		Steps          []yaml.Node     `yaml:"steps"`
 		Sinks          []yaml.Node     `yaml:"sinks" eddy:"required"`
@@ -178,7 +180,7 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		p.at(root, "a pipeline file must be a mapping with version, name, sources, steps and sinks")
 		return nil, p.list.sorted()
 	}
-	top := topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime(), State: StateSpec{Backend: "memory"}}
+	top := topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime(), State: StateSpec{Backend: "memory"}, Restart: DefaultRestart()}
 	if _, n := mappingValue(root, "checkpoint"); n != nil {
 		c := DefaultCheckpoint()
 		top.Checkpoint = &c
@@ -188,10 +190,11 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		File: file, Hash: hex.EncodeToString(sum[:]),
 		Version: top.Version, Name: top.Name, Parallelism: top.Parallelism,
 		MaxParallelism: top.MaxParallelism, Runtime: top.Runtime,
-		Checkpoint: top.Checkpoint, State: top.State,
+		Checkpoint: top.Checkpoint, State: top.State, Restart: top.Restart,
 	}
 	p.checkTop(root, spec)
 	p.checkCheckpoint(root, spec)
+	p.checkRestart(root, spec)
 	for i := range top.Sources {
 		if s := p.loadSource(env, spec, &top.Sources[i], i); s != nil {
 			spec.Sources = append(spec.Sources, s)
