@@ -87,6 +87,8 @@ type task struct {
 	// checkpoint, waiting for completion.
 	committed    int64
 	committables map[int64]map[*stage][]byte
+	// finalDone is set once the run's final checkpoint completed.
+	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
 	// on_error policy for records whose timestamp fails.
 	wmGen   *watermarks
@@ -298,6 +300,9 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 		return false, nil
 	}
 	t.committed = m.complete
+	// The final completion can arrive before this task saw its inputs
+	// terminate: awaitFinal must not wait for it again.
+	t.finalDone = t.finalDone || m.final
 	// Commit every transaction up to the completed checkpoint: those of
 	// checkpoints that failed or were subsumed go with it.
 	ids := slices.Sorted(maps.Keys(t.committables))
@@ -329,7 +334,7 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 // awaitFinal waits, after the task terminated its outputs, until the final
 // checkpoint completed (and sinks committed), handling the mailbox.
 func (t *task) awaitFinal(ctx context.Context) error {
-	if t.job.coord == nil {
+	if t.job.coord == nil || t.finalDone {
 		return nil
 	}
 	for {
