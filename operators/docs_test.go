@@ -9,12 +9,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+var (
+	yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	hasSinks  = regexp.MustCompile(`(?m)^sinks:`)
+)
 
 // Every example of docs/steps.md loads: each block is a steps: section (and
 // maybe sinks:) run after a test source.
 func TestDocsExamplesLoad(t *testing.T) {
-	doc, err := os.ReadFile("../docs/steps.md")
+	requireDocExamplesLoad(t, "steps.md")
+}
+
+// requireDocExamplesLoad loads every yaml block of docs/NAME after a test
+// source (and before a test sink when the block has no sinks:) and returns
+// the page's text.
+func requireDocExamplesLoad(t *testing.T, name string) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/" + name)
 	require.NoError(t, err)
 	blocks := yamlBlock.FindAllStringSubmatch(string(doc), -1)
 	require.NotEmpty(t, blocks)
@@ -22,12 +33,13 @@ func TestDocsExamplesLoad(t *testing.T) {
 	env.RegisterSink(pipeline.SinkPlugin{Type: "stdout", New: func() pipeline.SinkConfig { return &testSinkConfig{} }})
 	for _, b := range blocks {
 		text := "version: 1\nname: t\nsources:\n  - id: in\n    type: test\n" + b[1]
-		if !regexp.MustCompile(`(?m)^sinks:`).MatchString(b[1]) {
+		if !hasSinks.MatchString(b[1]) {
 			text += "sinks:\n  - id: out\n    type: test\n"
 		}
-		_, err := pipeline.Load(env, "steps.md", []byte(text))
+		_, err := pipeline.Load(env, name, []byte(text))
 		require.NoError(t, err, "example:\n%s", b[1])
 	}
+	return string(doc)
 }
 
 // The error text quoted in docs/steps.md is what a failing set produces.
