@@ -49,7 +49,7 @@ type filterOp struct {
 func (o *filterOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	kept := 0
 	for i := range in {
-		v, err := o.vm.Eval(o.pred, in[i].Fields)
+		v, err := o.vm.EvalRecord(o.pred, &in[i])
 		if err != nil {
 			err = &evalError{kind: "filter", src: o.pred.Source, err: err}
 		} else if b, ok := v.(bool); !ok {

@@ -64,7 +64,7 @@ type flatMapOp struct {
 func (o *flatMapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	o.out = o.out[:0]
 	for i := range in {
-		v, err := o.vm.Eval(o.list, in[i].Fields)
+		v, err := o.vm.EvalRecord(o.list, &in[i])
 		if err != nil {
 			err = &evalError{kind: "flat_map", src: o.list.Source, err: err}
 		} else {

@@ -49,12 +49,11 @@ type mapOp struct {
 func (o *mapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	kept := 0
 	for i := range in {
-		old := in[i].Fields
 		nf := make(map[string]any, len(o.fields))
 		var err error
 		for j := range o.fields {
 			e := &o.fields[j]
-			v, eerr := o.vm.Eval(&e.Expr, old)
+			v, eerr := o.vm.EvalRecord(&e.Expr, &in[i])
 			if eerr != nil {
 				err = &evalError{kind: "map", field: e.Name, src: e.Expr.Source, err: eerr}
 				break

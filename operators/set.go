@@ -67,7 +67,7 @@ func (o *setOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		var err error
 		for j := range o.fields {
 			e := &o.fields[j]
-			v, eerr := o.vm.Eval(&e.Expr, f)
+			v, eerr := o.vm.EvalRecord(&e.Expr, &in[i])
 			if eerr != nil {
 				o.restore(f, j)
 				err = &evalError{kind: "set", field: e.Name, src: e.Expr.Source, err: eerr}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -92,8 +93,29 @@ type Finisher interface {
 // SourceContext is what a source gets at Open.
 type SourceContext struct {
 	SubtaskInfo
-	// Restored is the source's position from a checkpoint, or nil to start fresh.
+	// Restored is the source's position from a checkpoint, or nil to start
+	// fresh (or when the source restores at another parallelism: see
+	// RestoredAll).
 	Restored []byte
+	// RestoredAll holds the positions of every subtask of the restored
+	// checkpoint, by the subtask index they had, when the source config is
+	// Rescalable and the checkpoint was taken at another parallelism: the
+	// source takes from them what it owns now (Kafka: its partitions).
+	RestoredAll [][]byte
+	// Position may be set by Open to the position the source starts from
+	// when that is not Restored (a rescaled restore, or the offsets a fresh
+	// start resolved): a checkpoint taken before the first Read returns
+	// stores it. Nil keeps Restored.
+	Position []byte
+}
+
+// SourceCheckpointListener is implemented by sources that act when a
+// checkpoint completes (the Kafka source commits its offsets to the
+// consumer group for lag monitoring). CheckpointComplete is called on the
+// task goroutine, concurrently with Read, with the position the subtask
+// had at barrier id. An error is logged; it does not fail the job.
+type SourceCheckpointListener interface {
+	CheckpointComplete(ctx context.Context, id int64, position []byte) error
 }
 
 // ReadBatch is filled by Source.Read.
@@ -150,6 +172,16 @@ type SinkContext struct {
 	// Checkpointing is true when the pipeline takes checkpoints: a
 	// TwoPhaseCommitSink writes transactionally only then.
 	Checkpointing bool
+	// Checkpoint is the pipeline's checkpoint block (nil without one) and
+	// RestartDelay the longest wait of its restart strategy: a
+	// transactional sink checks that its transactions outlive a checkpoint
+	// plus a restart.
+	Checkpoint   *CheckpointSpec
+	RestartDelay time.Duration
+	// Changelog is the sink's `changelog` setting: with upsert, the rows of
+	// a changelog stream (field _op) arrive without retractions (-U), so a
+	// keyed sink can write +I/+U as the key's value and -D as its deletion.
+	Changelog Changelog
 }
 
 // Sink is the runtime instance of a sink on one subtask. All methods are

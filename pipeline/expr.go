@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 	"go.yaml.in/yaml/v3"
@@ -25,6 +26,35 @@ type Expr struct {
 	pos     Pos
 	style   yaml.Style
 	program *vm.Program
+	// meta is set when a record expression names source metadata (_key,
+	// _headers, _partition, _offset, _timestamp).
+	meta bool
+}
+
+// Source metadata names: a record expression reads them from Record.Meta.
+const (
+	MetaKey       = "_key"
+	MetaHeaders   = "_headers"
+	MetaPartition = "_partition"
+	MetaOffset    = "_offset"
+	MetaTimestamp = "_timestamp"
+)
+
+func isMetaName(s string) bool {
+	switch s {
+	case MetaKey, MetaHeaders, MetaPartition, MetaOffset, MetaTimestamp:
+		return true
+	}
+	return false
+}
+
+// metaFinder notes whether an expression names source metadata.
+type metaFinder struct{ found bool }
+
+func (f *metaFinder) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok && isMetaName(id.Value) {
+		f.found = true
+	}
 }
 
 // UnmarshalYAML keeps the source text and where it stands in the file.
@@ -71,8 +101,9 @@ type ExprEnver interface {
 // allowed (missing fields are nil). want "bool" requires a boolean result.
 func (e *Expr) Compile(env map[string]any, want string) error {
 	opts := Builtins()
+	var mf metaFinder
 	if env == nil {
-		opts = append(opts, expr.Env(map[string]any{}), expr.AllowUndefinedVariables())
+		opts = append(opts, expr.Env(map[string]any{}), expr.AllowUndefinedVariables(), expr.Patch(&mf))
 	} else {
 		opts = append(opts, expr.Env(env))
 	}
@@ -84,6 +115,7 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 		return err
 	}
 	e.program = p
+	e.meta = mf.found
 	return nil
 }
 
@@ -172,6 +204,48 @@ type VM struct {
 // Eval runs e over env (a record's fields, or an ExprEnv environment).
 func (m *VM) Eval(e *Expr, env any) (any, error) {
 	return m.vm.Run(e.program, env)
+}
+
+// EvalRecord runs e over a record: its fields, and its source metadata as
+// _key (string, nil without a key), _headers (map of strings), _partition,
+// _offset and _timestamp (epoch ms) when the expression names them and the
+// record has metadata. Metadata is lent to the fields for the call only: a
+// field of the same name is shadowed during it and restored after.
+func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
+	if !e.meta || r.Meta == nil {
+		return m.vm.Run(e.program, r.Fields)
+	}
+	if r.Fields == nil {
+		r.Fields = map[string]any{}
+	}
+	var saved [5]any
+	var had [5]bool
+	names := [5]string{MetaKey, MetaHeaders, MetaPartition, MetaOffset, MetaTimestamp}
+	for i, n := range names {
+		saved[i], had[i] = r.Fields[n]
+	}
+	var key any
+	if r.Meta.Key != nil {
+		key = string(r.Meta.Key)
+	}
+	var headers any
+	if r.Meta.Headers != nil {
+		headers = r.Meta.Headers
+	}
+	r.Fields[MetaKey] = key
+	r.Fields[MetaHeaders] = headers
+	r.Fields[MetaPartition] = int(r.Meta.Partition)
+	r.Fields[MetaOffset] = int(r.Meta.Offset)
+	r.Fields[MetaTimestamp] = int(r.Meta.Timestamp)
+	out, err := m.vm.Run(e.program, r.Fields)
+	for i, n := range names {
+		if had[i] {
+			r.Fields[n] = saved[i]
+		} else {
+			delete(r.Fields, n)
+		}
+	}
+	return out, err
 }
 
 // EvalBool runs a predicate.

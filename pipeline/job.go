@@ -290,7 +290,7 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		if err != nil {
 			return nil, err
 		}
-		s.restore, s.checkpointing = j.opts.Restore, j.coord != nil
+		s.restore, s.checkpointing, s.spec = j.opts.Restore, j.coord != nil, spec
 		byNode[n] = s
 		t.stages = append(t.stages, s)
 	}

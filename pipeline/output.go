@@ -99,7 +99,7 @@ func (w *writer) key(r Record) (string, error) {
 	var err error
 	w.keyBuf = w.keyBuf[:0]
 	if len(w.edge.KeyExprs) == 1 {
-		v, err := w.vm.Eval(w.edge.KeyExprs[0], r.Fields)
+		v, err := w.vm.EvalRecord(w.edge.KeyExprs[0], &r)
 		if err != nil {
 			return "", err
 		}
@@ -109,7 +109,7 @@ func (w *writer) key(r Record) (string, error) {
 		return string(w.keyBuf), nil
 	}
 	for i, e := range w.edge.KeyExprs {
-		if w.keyVals[i], err = w.vm.Eval(e, r.Fields); err != nil {
+		if w.keyVals[i], err = w.vm.EvalRecord(e, &r); err != nil {
 			return "", err
 		}
 	}

@@ -40,6 +40,10 @@ type (
 	// Bounded is implemented by source configs that know whether their input
 	// ends (file, generator with count).
 	Bounded interface{ Bounded() bool }
+	// Rescalable is implemented by source configs whose positions can be
+	// redistributed when the source restores at another parallelism (its
+	// sources get SourceContext.RestoredAll).
+	Rescalable interface{ Rescalable() bool }
 	// MaxParallelismer caps a source's parallelism (stdin: 1).
 	MaxParallelismer interface{ MaxParallelism() int }
 	// GuaranteeOf tells the delivery guarantee a source or sink can give:

@@ -37,6 +37,17 @@ func DefaultRestart() RestartSpec {
 	}
 }
 
+// MaxDelay is the longest the strategy waits before a restart.
+func (r RestartSpec) MaxDelay() time.Duration {
+	switch r.Strategy {
+	case "fixed_delay", "failure_rate":
+		return r.Delay.D()
+	case "exponential_delay":
+		return r.Max.D()
+	}
+	return 0
+}
+
 func (p *problems) checkRestart(root *yaml.Node, s *Spec) {
 	_, n := mappingValue(root, "restart")
 	if n == nil {

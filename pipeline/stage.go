@@ -31,6 +31,7 @@ type stage struct {
 	// restore is the checkpoint the run starts from, or nil.
 	restore       RestoredCheckpoint
 	checkpointing bool
+	spec          *Spec
 	sink          Sink
 	src           Source
 	// out is the node's main output: chained children, then writers.
@@ -117,6 +118,10 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 			return err
 		}
 		sc := &SinkContext{SubtaskInfo: s.info, Committables: cs, Checkpointing: s.checkpointing}
+		if s.spec != nil {
+			sc.Checkpoint, sc.RestartDelay = s.spec.Checkpoint, s.spec.Restart.MaxDelay()
+		}
+		sc.Changelog = s.node.Sink.Changelog
 		if err := s.sink.Open(ctx, sc); err != nil {
 			return fmt.Errorf("open sink %q: %w", s.node.ID, err)
 		}
@@ -151,7 +156,8 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 
 // sourceContext returns what the source opens with: its position in the
 // restored checkpoint. Source positions are per subtask, so a source
-// restores only at the parallelism it was checkpointed with.
+// restores only at the parallelism it was checkpointed with, unless its
+// config is Rescalable.
 func (s *stage) sourceContext() (*SourceContext, error) {
 	sc := &SourceContext{SubtaskInfo: s.info}
 	parts, err := restoredParts(s.restore, "src", s.node.ID)
@@ -159,6 +165,13 @@ func (s *stage) sourceContext() (*SourceContext, error) {
 		return sc, err
 	}
 	if len(parts) != s.info.Parallelism {
+		if r, ok := s.node.Source.Config.(Rescalable); ok && r.Rescalable() {
+			sc.RestoredAll = make([][]byte, 0, len(parts))
+			for _, sub := range slices.Sorted(maps.Keys(parts)) {
+				sc.RestoredAll = append(sc.RestoredAll, parts[sub])
+			}
+			return sc, nil
+		}
 		return nil, fmt.Errorf("source %q was checkpointed with parallelism %d and runs with %d: sources restore at the same parallelism (keyed state rescales)",
 			s.node.ID, len(parts), s.info.Parallelism)
 	}

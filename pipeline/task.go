@@ -87,6 +87,9 @@ type task struct {
 	// checkpoint, waiting for completion.
 	committed    int64
 	committables map[int64]map[*stage][]byte
+	// srcPositions are a SourceCheckpointListener head's positions by
+	// checkpoint, waiting for completion.
+	srcPositions map[int64][]byte
 	// finalDone is set once the run's final checkpoint completed.
 	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
@@ -133,8 +136,12 @@ func (t *task) run(ctx context.Context) (err error) {
 		if err := t.head.src.Open(ctx, sc); err != nil {
 			return fmt.Errorf("open source %q: %w", t.head.node.ID, err)
 		}
-		// Until it reads, the source is where it was restored to.
+		// Until it reads, the source is where it was restored to, or where
+		// Open said it starts.
 		t.position = slices.Clone(sc.Restored)
+		if sc.Position != nil {
+			t.position = slices.Clone(sc.Position)
+		}
 		opened = append(opened, t.head)
 		return t.runSource(ctx)
 	}
@@ -220,6 +227,12 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
 	if t.head.src != nil {
 		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
+		if _, ok := t.head.src.(SourceCheckpointListener); ok {
+			if t.srcPositions == nil {
+				t.srcPositions = map[int64][]byte{}
+			}
+			t.srcPositions[b.ID] = ack.Positions[t.head.node.ID]
+		}
 	}
 	coord := t.job.coord
 	for _, s := range t.stages {
@@ -328,7 +341,27 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 			delete(t.committables, id)
 		}
 	}
+	t.notifySource(ctx, m.complete)
 	return m.final, nil
+}
+
+// notifySource tells a SourceCheckpointListener head that checkpoint id
+// completed, with its position at that barrier; positions of earlier
+// checkpoints are subsumed.
+func (t *task) notifySource(ctx context.Context, id int64) {
+	l, ok := t.head.src.(SourceCheckpointListener)
+	pos, have := t.srcPositions[id]
+	for k := range t.srcPositions {
+		if k <= id {
+			delete(t.srcPositions, k)
+		}
+	}
+	if !ok || !have {
+		return
+	}
+	if err := l.CheckpointComplete(ctx, id, pos); err != nil {
+		t.head.info.Logger.Warn("source could not act on a completed checkpoint", "source", t.head.node.ID, "checkpoint", id, "err", err)
+	}
 }
 
 // awaitFinal waits, after the task terminated its outputs, until the final
@@ -517,7 +550,7 @@ func (t *task) emitRead(rb *ReadBatch) error {
 		now := time.Now()
 		n := 0
 		for _, r := range recs {
-			v, err := t.vm.Eval(et, r.Fields)
+			v, err := t.vm.EvalRecord(et, &r)
 			var ts int64
 			if err == nil {
 				ts, err = eventTime(v)
@@ -782,7 +815,8 @@ func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error
 		}
 	}
 	in.barrier = true
-	if !t.job.opts.AtLeastOnce {
+	// A savepoint is aligned in either mode (as in Flink).
+	if !t.job.opts.AtLeastOnce || b.Savepoint {
 		in.blocked = true
 		changed = true
 	}
