@@ -77,6 +77,7 @@ flags or arguments).`,
 
 	root.AddCommand(
 		newRunCommand(g),
+		newDevCommand(),
 		newValidateCommand(),
 		newExplainCommand(),
 		newVersionCommand(),
