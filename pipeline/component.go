@@ -107,6 +107,12 @@ type SourceContext struct {
 	// start resolved): a checkpoint taken before the first Read returns
 	// stores it. Nil keeps Restored.
 	Position []byte
+	// Splits may be set by Open to the splits (ReadBatch.Split values) the
+	// subtask reads from the start, e.g. its Kafka partitions: each holds
+	// the watermark back until it has records, ends or goes idle, even
+	// before it delivered anything. Splits not declared count from their
+	// first record.
+	Splits []int
 }
 
 // SourceCheckpointListener is implemented by sources that act when a

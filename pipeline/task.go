@@ -90,6 +90,8 @@ type task struct {
 	// srcPositions are a SourceCheckpointListener head's positions by
 	// checkpoint, waiting for completion.
 	srcPositions map[int64][]byte
+	// srcSplits are the splits the source declared at Open.
+	srcSplits []int
 	// finalDone is set once the run's final checkpoint completed.
 	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
@@ -142,6 +144,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		if sc.Position != nil {
 			t.position = slices.Clone(sc.Position)
 		}
+		t.srcSplits = sc.Splits
 		opened = append(opened, t.head)
 		return t.runSource(ctx)
 	}
@@ -457,6 +460,9 @@ func (t *task) runSource(ctx context.Context) error {
 	var tick <-chan time.Time
 	if src.EventTime != nil {
 		t.wmGen = newWatermarks(src.Watermark)
+		for _, s := range t.srcSplits {
+			t.wmGen.declare(s)
+		}
 		if iv := src.Watermark.Interval.D(); iv > 0 {
 			ticker := time.NewTicker(iv)
 			defer ticker.Stop()

@@ -54,6 +54,12 @@ func (g *watermarks) split(i int) *splitClock {
 	return s
 }
 
+// declare registers split i before its first record: it holds the
+// watermark back from now on, and its idle timeout counts from now.
+func (g *watermarks) declare(i int) {
+	g.split(i).lastRecord = g.started
+}
+
 // observe records an event timestamp of split i read at now.
 func (g *watermarks) observe(i int, ts int64, now time.Time) {
 	s := g.split(i)
