@@ -16,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // settings are the EDDY_* variables the commands read; each test run
 // starts with them unset so that the caller's environment does not leak in.
-var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR"}
+var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR", "EDDY_ADMIN_ADDR"}
 
 type result struct {
 	code           int
@@ -42,19 +42,23 @@ func execute(t *testing.T, env map[string]string, args ...string) result {
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
-// Log lines carry the time and the run's duration; the tests compare the rest.
+// Log lines carry the time, the run's duration and the admin endpoint's
+// port; the tests compare the rest.
 var (
 	logTime     = regexp.MustCompile(`(?m)^time=\S+ |"time":"[^"]*",`)
 	logDuration = regexp.MustCompile(`duration=\S+|"duration":\d+`)
+	logPort     = regexp.MustCompile(`addr=127\.0\.0\.1:\d+`)
 )
 
 func normaliseLog(s string) string {
 	s = logTime.ReplaceAllString(s, "")
+	s = logPort.ReplaceAllString(s, "addr=127.0.0.1:PORT")
 	return logDuration.ReplaceAllString(s, "duration=D")
 }
 
 const (
 	okWarn    = `level=WARN msg="end-to-end guarantee is below exactly-once" pipeline=ok guarantee=at-most-once why="sink \"print\" (stdout) is at-least-once; no checkpoint block: state and positions are not saved, so a crash loses in-flight results"` + "\n"
+	okAdmin   = `level=INFO msg="admin endpoint listening" pipeline=ok addr=127.0.0.1:PORT` + "\n"
 	okSummary = `level=INFO msg="source summary" pipeline=ok source=numbers type=generator records_read=4
 level=INFO msg="sink summary" pipeline=ok sink=print type=stdout records_written=2
 level=INFO msg="pipeline finished" pipeline=ok status=finished duration=D records_read=4 records_written=2
@@ -133,7 +137,7 @@ func TestCommands(t *testing.T) {
 		{
 			name: "run logs the start, the guarantee and a summary",
 			args: []string{"run", "testdata/ok.yaml"},
-			want: result{code: 0, stdout: okStdout, stderr: startLine("eddy-state/ok") + okWarn + okSummary},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("eddy-state/ok") + okWarn + okAdmin + okSummary},
 		},
 		{
 			name: "run with a flag that wins over the environment",
@@ -150,13 +154,13 @@ func TestCommands(t *testing.T) {
 			name: "run with the state directory from the environment",
 			args: []string{"run", "testdata/ok.yaml"},
 			env:  map[string]string{"EDDY_STATE_DIR": "/var/lib/eddy"},
-			want: result{code: 0, stdout: okStdout, stderr: startLine("/var/lib/eddy/ok") + okWarn + okSummary},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("/var/lib/eddy/ok") + okWarn + okAdmin + okSummary},
 		},
 		{
 			name: "run with the state directory flag",
 			args: []string{"run", "--state-dir", "/srv/state", "testdata/ok.yaml"},
 			env:  map[string]string{"EDDY_STATE_DIR": "/var/lib/eddy"},
-			want: result{code: 0, stdout: okStdout, stderr: startLine("/srv/state/ok") + okWarn + okSummary},
+			want: result{code: 0, stdout: okStdout, stderr: startLine("/srv/state/ok") + okWarn + okAdmin + okSummary},
 		},
 		{
 			name: "run logging json",

@@ -60,9 +60,9 @@ process.
   eddy explain pipeline.yaml      show its physical plan
   eddy run pipeline.yaml          run it (SIGINT/SIGTERM stop it gracefully)
 
-The settings --log-level, --log-format and --state-dir can also be set with
-EDDY_LOG_LEVEL, EDDY_LOG_FORMAT and EDDY_STATE_DIR; a flag wins over the
-environment.
+The settings --log-level, --log-format, --state-dir and --admin-addr can
+also be set with EDDY_LOG_LEVEL, EDDY_LOG_FORMAT, EDDY_STATE_DIR and
+EDDY_ADMIN_ADDR; a flag wins over the environment.
 
 Exit codes: 0 ok, 1 the pipeline failed, 2 invalid input (pipeline file,
 flags or arguments).`,
@@ -83,6 +83,8 @@ flags or arguments).`,
 		newVersionCommand(),
 	)
 	root.AddCommand(newCheckpointsCommand(g))
+	root.AddCommand(newSavepointCommand(g))
+	root.AddCommand(newStateCommand(g))
 	return root
 }
 

@@ -3,10 +3,14 @@ package cmd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +40,8 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
 	fs.Int(keyGCPercent, defaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
+	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
+	bindFlag(o.global.v, fs, keyAdminAddr)
 }
 
 func newRunCommand(g *globalOptions) *cobra.Command {
@@ -48,7 +54,16 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 A pipeline whose sources are all bounded (a file, a generator with count)
 ends when its input ends. SIGINT or SIGTERM stop it gracefully: sources stop
 reading, what they read drains through the pipeline and the sinks flush. A
-second signal cancels at once, dropping what is in flight.
+second signal cancels at once, dropping what is in flight. With a checkpoint
+block, SIGINT stops with a final checkpoint, and SIGTERM does what the
+block's on_sigterm says: savepoint (the default: the final checkpoint is
+also written as a savepoint file, whose path the log gives), checkpoint, or
+none (no final checkpoint: the next run restores the latest one).
+
+The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default)
+serves POST /savepoints, GET /savepoints, GET /healthz and GET /metrics; the
+run logs its address and, with a checkpoint block, writes it to
+<state dir>/<pipeline>/admin.addr for eddy savepoint trigger.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
@@ -76,6 +91,10 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	spec := plan.Spec
+	adminAddr := strings.TrimSpace(o.global.v.GetString(keyAdminAddr))
+	if err := checkAdminAddr(adminAddr); err != nil {
+		return err
+	}
 	logger = logger.With("pipeline", spec.Name)
 	tuneMemory(logger, o.global.v.GetInt(keyGCPercent))
 	subtasks := 0
@@ -105,7 +124,10 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	defer signal.Stop(sigs)
 
 	metrics := pipeline.NewMetrics()
-	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped}
+	// StateDir also without a checkpoint block: state.backend bbolt keeps
+	// its live files under it.
+	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped,
+		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir))}
 	var store *statestore.CheckpointStore
 	if spec.Checkpoint != nil {
 		dir := stateDir(spec, o.global.v.GetString(keyStateDir))
@@ -121,7 +143,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 			return reported(exitFailure)
 		}
 		defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
-		opts.Store, opts.FirstCheckpointID = pipeline.BoltCheckpoints(store), next
+		opts.Store, opts.FirstCheckpointID, opts.StateDir = pipeline.BoltCheckpoints(store), next, dir
 		if restore != nil {
 			defer func() { _ = restore.Close() }()
 			opts.Restore = pipeline.RestoredFrom(restore)
@@ -129,16 +151,44 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	} else if o.restore.fresh || o.restore.fromSavepoint != "" {
 		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
 	}
+	pipelineDir := stateDir(spec, o.global.v.GetString(keyStateDir))
+	ctl := &runControl{logger: logger, checkpoints: spec.Checkpoint != nil, spDir: filepath.Join(pipelineDir, savepointsDir)}
+	if spec.Checkpoint != nil {
+		ctl.onSigterm = spec.Checkpoint.OnSigterm
+	}
+	var admin *adminServer
+	if adminEnabled(adminAddr) {
+		admin, err = startAdmin(logger, adminAddr, ctl, metrics.Registry, spec.Name, ctl.spDir)
+		if err != nil {
+			logger.Error("cannot start", "err", err)
+			return reported(exitFailure)
+		}
+		defer func() {
+			if err := admin.close(context.WithoutCancel(c.Context())); err != nil {
+				logger.Warn("admin endpoint", "err", err.Error())
+			}
+		}()
+	}
 	start := time.Now()
 	policy := pipeline.NewRestartPolicy(spec.Restart)
-	status := "finished"
-	stopped := false
 	var runErr error
+	var stop stopKind
 	for attempt := 1; ; attempt++ {
 		job, err := pipeline.Start(c.Context(), plan, opts)
 		if err != nil {
 			logger.Error("pipeline failed to start", "err", err)
 			return reported(exitFailure)
+		}
+		ctl.started(job)
+		// The address file goes where the checkpoint store (whose lock this
+		// process holds) is: a pipeline without one gets no state dir.
+		if attempt == 1 && admin != nil && spec.Checkpoint != nil {
+			addrFile := filepath.Join(pipelineDir, adminAddrFile)
+			if err := admin.publish(addrFile); err != nil {
+				logger.Warn("eddy savepoint trigger will not find this run", "err", err.Error())
+			} else {
+				logger.Debug("admin endpoint address written", "file", addrFile)
+			}
 		}
 	wait:
 		for {
@@ -146,20 +196,24 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 			case <-job.Done():
 				break wait
 			case sig := <-sigs:
-				if !stopped {
-					stopped, status = true, "stopped"
-					logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
-						"signal", sig.String())
-					job.Stop()
-					continue
-				}
-				status = "cancelled"
-				logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
-				job.Cancel()
+				ctl.signal(c.Context(), sig)
 			}
 		}
 		runErr = job.Wait()
-		if runErr == nil || stopped {
+		var finalSavepoint bool
+		stop, finalSavepoint = ctl.ended()
+		if stop == stopNoCheckpoint && errors.Is(runErr, context.Canceled) {
+			runErr = nil // the stop asked for
+		}
+		if finalSavepoint && runErr == nil {
+			sp, err := job.FinalSavepoint()
+			if err != nil {
+				runErr = fmt.Errorf("%w (the final checkpoint is in the store: eddy checkpoints export writes it as a savepoint)", err)
+			} else {
+				logger.Info("stopped with a savepoint", "checkpoint", sp.ID, "path", sp.Path)
+			}
+		}
+		if runErr == nil || stop != notStopped {
 			break
 		}
 		// A failure: restart from the latest checkpoint if the strategy allows.
@@ -187,8 +241,14 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		}
 	}
 
-	if runErr != nil && status != "cancelled" {
+	status := "finished"
+	switch {
+	case stop == stopCancel:
+		status = "cancelled"
+	case runErr != nil:
 		status = "failed"
+	case stop != notStopped:
+		status = "stopped"
 	}
 
 	read, written := summarize(logger, plan, metrics)
@@ -253,4 +313,159 @@ func restartOptions(ctx context.Context, opts pipeline.JobOptions, store *states
 	// the process; a restart is rare.
 	opts.Restore = pipeline.RestoredFrom(latest)
 	return opts, nil
+}
+
+// stopKind is how a run was asked to stop.
+type stopKind int
+
+const (
+	notStopped       stopKind = iota
+	stopDrain                 // graceful, with a final checkpoint (if any)
+	stopSavepoint             // graceful, the final checkpoint taken as a savepoint
+	stopNoCheckpoint          // on_sigterm: none: at once, without a final checkpoint
+	stopCancel                // a second signal: at once
+)
+
+// runControl is what the signal handling (the run's goroutine) and the
+// admin endpoint (its handler goroutines) share: the job of the current
+// attempt (nil between attempts) and how the run was asked to stop.
+type runControl struct {
+	logger      *slog.Logger
+	checkpoints bool
+	onSigterm   pipeline.SigtermAction
+	spDir       string // the default savepoint directory
+
+	mu             sync.Mutex
+	job            *pipeline.Job
+	attempts       int
+	stop           stopKind
+	finalSavepoint bool // the job accepted a stop with savepoint
+}
+
+// started records the job of a new attempt.
+func (r *runControl) started(job *pipeline.Job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.job, r.stop, r.finalSavepoint = job, notStopped, false
+	r.attempts++
+}
+
+// ended records that the attempt's job ended, and says how it was asked to
+// stop and whether with a savepoint.
+func (r *runControl) ended() (stopKind, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.job = nil
+	return r.stop, r.finalSavepoint
+}
+
+// state is the run's state for GET /healthz: starting, running, stopping
+// or restarting (waiting for the restart delay).
+func (r *runControl) state() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.job != nil && r.stop != notStopped:
+		return "stopping"
+	case r.job != nil:
+		return "running"
+	case r.stop != notStopped:
+		return "stopping"
+	case r.attempts == 0:
+		return "starting"
+	}
+	return "restarting"
+}
+
+// signal handles SIGINT or SIGTERM while a job runs: the first stops it
+// as on_sigterm (SIGTERM) or with a final checkpoint (SIGINT) says, the
+// next cancels it. Called on the run's goroutine.
+func (r *runControl) signal(ctx context.Context, sig os.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop != notStopped {
+		r.stop = stopCancel
+		r.logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
+		r.job.Cancel()
+		return
+	}
+	action := pipeline.SigtermCheckpoint
+	if sig == syscall.SIGTERM && r.checkpoints {
+		action = r.onSigterm
+	}
+	switch action {
+	case pipeline.SigtermSavepoint:
+		r.logger.Info("stopping with a savepoint: sources stop, in-flight records drain, sinks flush, the final checkpoint is written as a savepoint; signal again to cancel",
+			"signal", sig.String(), "dir", r.spDir)
+		if err := r.stopWithSavepoint(ctx, r.spDir); err != nil {
+			r.logger.Warn("stopping with the final checkpoint, without a savepoint", "reason", err.Error())
+			r.stop = stopDrain
+			r.job.Stop()
+		}
+	case pipeline.SigtermNone:
+		r.stop = stopNoCheckpoint
+		r.logger.Info("stopping without a final checkpoint (on_sigterm: none): records in flight are dropped, the next run restores the latest checkpoint",
+			"signal", sig.String())
+		r.job.Cancel()
+	default:
+		r.stop = stopDrain
+		r.logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
+			"signal", sig.String())
+		r.job.Stop()
+	}
+}
+
+// stopWithSavepoint asks the job for a stop with savepoint into dir; r.mu
+// is held. On failure nothing changed.
+func (r *runControl) stopWithSavepoint(ctx context.Context, dir string) error {
+	if err := r.job.StopWithSavepoint(ctx, dir); err != nil {
+		return err
+	}
+	r.stop, r.finalSavepoint = stopSavepoint, true
+	return nil
+}
+
+// savepoint takes a savepoint into dir for the admin endpoint, or stops the
+// run with one (stop), and returns once the file is written. Called from
+// the endpoint's handler goroutines.
+func (r *runControl) savepoint(ctx context.Context, dir string, stop bool) (pipeline.Savepoint, error) {
+	r.mu.Lock()
+	job := r.job
+	switch {
+	case job == nil && r.stop != notStopped:
+		r.mu.Unlock()
+		return pipeline.Savepoint{}, errStopping
+	case job == nil:
+		r.mu.Unlock()
+		return pipeline.Savepoint{}, errRestarting
+	case !stop:
+		r.mu.Unlock()
+		return job.TriggerSavepoint(ctx, dir)
+	case r.stop != notStopped:
+		r.mu.Unlock()
+		return pipeline.Savepoint{}, errStopping
+	}
+	r.logger.Info("stopping with a savepoint, as the admin endpoint was asked: sources stop, in-flight records drain, sinks flush; signal to cancel", "dir", dir)
+	err := r.stopWithSavepoint(ctx, dir)
+	r.mu.Unlock()
+	if err != nil {
+		return pipeline.Savepoint{}, err
+	}
+	select {
+	case <-job.Done():
+	case <-ctx.Done():
+		return pipeline.Savepoint{}, fmt.Errorf("stop with savepoint: %w (the stop goes on)", ctx.Err())
+	}
+	return job.FinalSavepoint()
+}
+
+// checkAdminAddr rejects an --admin-addr that is neither off nor HOST:PORT.
+func checkAdminAddr(addr string) error {
+	if !adminEnabled(addr) {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return invalidInput("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
+	}
+	return nil
 }

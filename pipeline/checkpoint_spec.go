@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // CheckpointMode is exactly_once (aligned barriers) or at_least_once.
@@ -44,6 +47,48 @@ type CheckpointSpec struct {
 	MaxConcurrent     int            `yaml:"max_concurrent"`
 	TolerableFailures int            `yaml:"tolerable_failures"`
 	Retain            int            `yaml:"retain"`
+	// OnSigterm is what `eddy run` does on SIGTERM.
+	OnSigterm SigtermAction `yaml:"on_sigterm"`
+}
+
+// SigtermAction is checkpoint.on_sigterm: how `eddy run` stops on SIGTERM
+// (docs/checkpoints.md, "Stopping: on_sigterm"). The run's signal handling
+// reads it; the job itself knows nothing of signals.
+type SigtermAction int
+
+const (
+	// SigtermSavepoint stops with a savepoint: the final checkpoint is
+	// taken as a savepoint and written to the savepoints directory.
+	SigtermSavepoint SigtermAction = iota
+	// SigtermCheckpoint stops with a final checkpoint.
+	SigtermCheckpoint
+	// SigtermNone stops without a final checkpoint: the next run restores
+	// the latest periodic one.
+	SigtermNone
+)
+
+var sigtermActions = []string{"savepoint", "checkpoint", "none"}
+
+func (a SigtermAction) String() string {
+	if a >= 0 && int(a) < len(sigtermActions) {
+		return sigtermActions[a]
+	}
+	return fmt.Sprintf("SigtermAction(%d)", int(a))
+}
+
+// UnmarshalYAML parses savepoint | checkpoint | none.
+func (a *SigtermAction) UnmarshalYAML(n *yaml.Node) error {
+	for i, name := range sigtermActions {
+		if n.Value == name {
+			*a = SigtermAction(i)
+			return nil
+		}
+	}
+	msg := fmt.Sprintf("on_sigterm must be savepoint, checkpoint or none, not %q", n.Value)
+	if best := Closest(n.Value, sigtermActions); best != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return errors.New(msg)
 }
 
 // DefaultCheckpoint returns the checkpoint defaults.
@@ -56,16 +101,32 @@ func DefaultCheckpoint() CheckpointSpec {
 
 // StateSpec is the `state:` block.
 type StateSpec struct {
-	// Backend is memory (heap, snapshotted to the checkpoint store).
+	// Backend is memory (keyed state on the heap, snapshotted to the
+	// checkpoint store) or bbolt (live state in a file per stateful step
+	// subtask under <dir>/<name>/live, with a cache of CacheEntries keys).
 	Backend string `yaml:"backend"`
 	// Dir is the state directory; a sub-directory per pipeline name. Empty:
 	// the runner's (--state-dir, EDDY_STATE_DIR, ./eddy-state).
 	Dir string `yaml:"dir"`
+	// CacheEntries bounds the bbolt backend's cache, in keys per stateful
+	// step subtask. 0: statestore.DefaultCacheEntries.
+	CacheEntries int `yaml:"cache_entries"`
 }
 
 func (p *problems) checkCheckpoint(root *yaml.Node, s *Spec) {
-	if s.State.Backend != "memory" {
-		p.at(pathValue(root, "state.backend"), "state.backend %q: this eddy has the memory backend (bbolt comes later)", s.State.Backend)
+	switch s.State.Backend {
+	case "memory", "bbolt":
+	default:
+		hint := ""
+		if best := Closest(s.State.Backend, []string{"memory", "bbolt"}); best != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", best)
+		}
+		p.at(pathValue(root, "state.backend"), "state.backend must be memory (state on the heap) or bbolt (live state on disk, for state larger than memory), not %q%s", s.State.Backend, hint)
+	}
+	if s.State.CacheEntries < 0 {
+		p.at(pathValue(root, "state.cache_entries"), "state.cache_entries must not be negative (0: the default, %d keys)", statestore.DefaultCacheEntries)
+	} else if s.State.CacheEntries > 0 && s.State.Backend == "memory" {
+		p.at(pathValue(root, "state.cache_entries"), "state.cache_entries sizes the bbolt backend's cache: set state.backend: bbolt, or remove it")
 	}
 	if s.Checkpoint == nil {
 		return

@@ -16,6 +16,10 @@ func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, erro
 	return b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
 }
 
+// ExportSavepoint writes completed checkpoint id as a savepoint file at
+// path (SavepointExporter).
+func (b boltStore) ExportSavepoint(id int64, path string) error { return b.s.ExportSavepoint(id, path) }
+
 // restoredBolt adapts a verified checkpoint or savepoint to RestoredCheckpoint.
 type restoredBolt struct {
 	*statestore.Checkpoint

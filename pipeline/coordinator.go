@@ -3,10 +3,13 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +35,14 @@ type PendingCheckpoint interface {
 	Abort() error
 }
 
+// SavepointExporter is a CheckpointStore that writes a completed checkpoint
+// as a self-contained savepoint file (statestore's bbolt store does). The
+// coordinator's export goroutine calls it once a savepoint's checkpoint
+// completed; it must not overwrite an existing path.
+type SavepointExporter interface {
+	ExportSavepoint(id int64, path string) error
+}
+
 // RestoredCheckpoint is a completed checkpoint (or savepoint) a run
 // restores from.
 type RestoredCheckpoint interface {
@@ -51,6 +62,53 @@ type CheckpointMeta struct {
 	Savepoint bool
 	// Parallelism of every source, step and sink, by id.
 	Parallelism map[string]int
+}
+
+// SavepointMetaPart is the part of a savepoint's checkpoint that describes
+// it: a SavepointMeta in JSON. Only savepoints have it; restores ignore it.
+const SavepointMetaPart = "meta/savepoint"
+
+// SavepointMeta describes a savepoint (docs/checkpoints.md, "Savepoint
+// files"): what `eddy savepoint list` shows. The coordinator writes it into
+// every savepoint as SavepointMetaPart.
+type SavepointMeta struct {
+	Version  int       `json:"version"`
+	ID       int64     `json:"id"`
+	Pipeline string    `json:"pipeline"`
+	FileHash string    `json:"file_hash"`
+	Time     time.Time `json:"time"`
+	// Final is true for the savepoint of a stop with savepoint: the run
+	// ended at it.
+	Final          bool            `json:"final"`
+	MaxParallelism int             `json:"max_parallelism"`
+	Nodes          []SavepointNode `json:"nodes"`
+}
+
+// SavepointNode is a source, step or sink of a savepoint's pipeline.
+type SavepointNode struct {
+	ID          string `json:"id"`
+	Kind        string `json:"kind"` // source, step or sink
+	Parallelism int    `json:"parallelism"`
+}
+
+// DecodeSavepointMeta decodes the SavepointMetaPart of a savepoint. Called
+// by `eddy savepoint list` and the admin endpoint, from any goroutine.
+func DecodeSavepointMeta(b []byte) (SavepointMeta, error) {
+	var m SavepointMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("decode %s: %w", SavepointMetaPart, err)
+	}
+	if m.Version != 1 {
+		return m, fmt.Errorf("decode %s: version %d, this eddy reads version 1", SavepointMetaPart, m.Version)
+	}
+	return m, nil
+}
+
+// SavepointFileName is the name of savepoint id triggered at t in its
+// directory: savepoint-<id>-<UTC time>.db. The coordinator's export
+// goroutine names the files with it.
+func SavepointFileName(id int64, t time.Time) string {
+	return fmt.Sprintf("savepoint-%d-%s.db", id, t.UTC().Format("20060102T150405Z"))
 }
 
 // Part names of a checkpoint: source positions, operator keyed state, sink
@@ -91,18 +149,72 @@ type coordinator struct {
 	sourcesEnded map[*task]bool
 	// final is the id of the final checkpoint, once triggered.
 	final int64
+
+	// Savepoints: requests from TriggerSavepoint and StopWithSavepoint,
+	// those waiting for a free slot (max_concurrent, min_pause), the
+	// stop-with-savepoint request, and every request not answered yet.
+	requests chan *savepointReq
+	stops    chan *savepointReq
+	queued   []*savepointReq
+	finalReq *savepointReq
+	open     map[*savepointReq]bool
+	// exporting counts savepoint files being written; while one is, no
+	// checkpoint is triggered or completed, so that retention cannot
+	// delete the savepoint's checkpoint before the export reads it.
+	exporting int
+	exported  chan struct{}
+	// exited is closed when run returns.
+	exited chan struct{}
+}
+
+// savepointReq is a request for a savepoint written to dir. The coordinator
+// (or the export goroutine it hands the request to) answers it once with
+// finish.
+type savepointReq struct {
+	dir string
+	// accept answers a stop with savepoint: nil once the final checkpoint
+	// will be a savepoint.
+	accept chan error
+	done   chan struct{} // closed by finish, after sp and err are set
+	sp     Savepoint
+	err    error
+}
+
+func newSavepointReq(dir string) *savepointReq {
+	return &savepointReq{dir: dir, accept: make(chan error, 1), done: make(chan struct{})}
+}
+
+func (r *savepointReq) finish(sp Savepoint, err error) {
+	r.sp, r.err = sp, err
+	close(r.done)
+}
+
+// Savepoint is a savepoint file that TriggerSavepoint or a stop with
+// savepoint wrote.
+type Savepoint struct {
+	ID   int64
+	Path string
+	// Time is when its checkpoint was triggered.
+	Time time.Time
+	// Final is true for the savepoint of a stop with savepoint.
+	Final bool
 }
 
 // inFlight is a checkpoint that is not complete yet.
 type inFlight struct {
-	id       int64
-	started  time.Time
-	pending  PendingCheckpoint
-	acked    int
-	writing  int
-	err      error
-	final    bool
-	complete bool
+	id      int64
+	meta    CheckpointMeta
+	started time.Time
+	pending PendingCheckpoint
+	acked   int
+	writing int
+	err     error
+	final   bool
+	// ready is set when every part is written but completion waits for a
+	// savepoint export to end.
+	ready bool
+	// req is the savepoint request this checkpoint answers, or nil.
+	req *savepointReq
 }
 
 type writeResult struct {
@@ -115,10 +227,13 @@ func newCoordinator(j *Job, spec CheckpointSpec, store CheckpointStore, firstID 
 		job: j, spec: spec, store: store, logger: j.opts.Logger, nextID: firstID,
 		acks: make(chan Ack, 64), written: make(chan writeResult, 64), ended: make(chan *task, 64),
 		pending: map[int64]*inFlight{}, sourcesEnded: map[*task]bool{},
+		requests: make(chan *savepointReq), stops: make(chan *savepointReq),
+		open: map[*savepointReq]bool{}, exported: make(chan struct{}), exited: make(chan struct{}),
 	}
 }
 
 func (c *coordinator) run() {
+	defer close(c.exited)
 	tick := time.NewTicker(min(c.spec.Interval.D(), time.Second))
 	defer tick.Stop()
 	nextTrigger := time.Now().Add(c.spec.Interval.D())
@@ -126,8 +241,9 @@ func (c *coordinator) run() {
 		select {
 		case now := <-tick.C:
 			c.expire(now)
-			if now.After(nextTrigger) && c.final == 0 {
-				if c.trigger(false) {
+			c.startQueued()
+			if now.After(nextTrigger) && c.final == 0 && len(c.queued) == 0 && c.exporting == 0 {
+				if c.trigger(false, nil) {
 					nextTrigger = now.Add(c.spec.Interval.D())
 				}
 			}
@@ -138,47 +254,131 @@ func (c *coordinator) run() {
 		case t := <-c.ended:
 			c.sourcesEnded[t] = true
 			if len(c.sourcesEnded) == c.job.sourceTasks() && c.final == 0 {
-				c.trigger(true)
+				c.trigger(true, c.finalReq)
 			}
+		case req := <-c.requests:
+			c.open[req] = true
+			if c.final != 0 {
+				c.finish(req, fmt.Errorf("%w: it is taking its final checkpoint", ErrJobEnding))
+				continue
+			}
+			c.queued = append(c.queued, req)
+			c.startQueued()
+		case req := <-c.stops:
+			if c.final != 0 || c.finalReq != nil {
+				req.accept <- fmt.Errorf("%w: it is taking its final checkpoint already", ErrJobEnding)
+				continue
+			}
+			c.finalReq, c.open[req] = req, true
+			req.accept <- nil
+		case <-c.exported:
+			c.exporting--
+			c.completeReady()
+			c.startQueued()
 		case <-c.job.cancel:
 			for _, f := range c.pending {
 				_ = f.pending.Abort()
 			}
+			c.finishOpen(fmt.Errorf("%w: it was cancelled or failed", ErrJobEnding))
 			return
-		case <-c.job.done:
+		case <-c.job.tasksEnded:
+			c.finishOpen(fmt.Errorf("%w: it ended before the savepoint completed", ErrJobEnding))
 			return
 		}
 	}
 }
 
+// finish answers a savepoint request with an error or a savepoint.
+func (c *coordinator) finish(req *savepointReq, err error) {
+	delete(c.open, req)
+	req.finish(Savepoint{}, err)
+}
+
+// finishOpen answers every request not answered yet with err.
+func (c *coordinator) finishOpen(err error) {
+	for req := range c.open {
+		c.finish(req, err)
+	}
+	c.queued = nil
+}
+
+// canTrigger reports whether max_concurrent and min_pause allow a new
+// checkpoint now.
+func (c *coordinator) canTrigger() bool {
+	return len(c.pending) < c.spec.MaxConcurrent && time.Since(c.lastComplete) >= c.spec.MinPause.D()
+}
+
+// startQueued triggers the queued savepoints, oldest first, as far as
+// max_concurrent and min_pause allow.
+func (c *coordinator) startQueued() {
+	for len(c.queued) > 0 && c.final == 0 && c.exporting == 0 && c.canTrigger() {
+		req := c.queued[0]
+		c.queued = c.queued[1:]
+		c.trigger(false, req)
+	}
+}
+
 // trigger starts checkpoint nextID unless too many are in flight (the final
-// checkpoint always starts). It reports whether it started one.
-func (c *coordinator) trigger(final bool) bool {
-	if !final && (len(c.pending) >= c.spec.MaxConcurrent || time.Since(c.lastComplete) < c.spec.MinPause.D()) {
+// checkpoint always starts). It reports whether it started one. With req,
+// the checkpoint is a savepoint that answers req.
+func (c *coordinator) trigger(final bool, req *savepointReq) bool {
+	if !final && !c.canTrigger() {
 		return false
 	}
 	id := c.nextID
 	c.nextID++
-	meta := CheckpointMeta{ID: id, Pipeline: c.job.plan.Spec.Name, FileHash: c.job.plan.Spec.Hash, Time: time.Now(), Parallelism: map[string]int{}}
+	meta := CheckpointMeta{ID: id, Pipeline: c.job.plan.Spec.Name, FileHash: c.job.plan.Spec.Hash, Time: time.Now(),
+		Savepoint: req != nil, Parallelism: map[string]int{}}
 	for _, n := range c.job.plan.Nodes {
 		meta.Parallelism[n.ID] = n.Parallelism
 	}
 	if final {
 		c.final = id // a final checkpoint that fails fails the job
+		for _, q := range c.queued {
+			c.finish(q, fmt.Errorf("%w: it is taking its final checkpoint", ErrJobEnding))
+		}
+		c.queued = nil
 	}
 	p, err := c.store.Begin(id, meta)
 	if err != nil {
-		c.failed(id, fmt.Errorf("begin checkpoint %d: %w", id, err))
+		err = fmt.Errorf("begin checkpoint %d: %w", id, err)
+		if req != nil {
+			c.finish(req, err)
+		}
+		if req == nil || final {
+			c.failed(id, err)
+		}
 		return true
 	}
-	c.pending[id] = &inFlight{id: id, started: time.Now(), pending: p, final: final}
-	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final)
+	f := &inFlight{id: id, meta: meta, started: time.Now(), pending: p, final: final, req: req}
+	c.pending[id] = f
+	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final, "savepoint", req != nil)
+	if req != nil {
+		blob, err := json.Marshal(c.savepointMeta(meta, final))
+		f.writing++
+		go func() {
+			if err == nil {
+				err = p.Put(SavepointMetaPart, blob)
+			}
+			c.written <- writeResult{id: id, err: err}
+		}()
+	}
 	for _, t := range c.job.tasks {
 		if t.head.src != nil {
-			t.post(mail{barrier: &Barrier{ID: id, Final: final}})
+			t.post(mail{barrier: &Barrier{ID: id, Final: final, Savepoint: req != nil}})
 		}
 	}
 	return true
+}
+
+// savepointMeta describes the savepoint of checkpoint meta.
+func (c *coordinator) savepointMeta(meta CheckpointMeta, final bool) SavepointMeta {
+	m := SavepointMeta{Version: 1, ID: meta.ID, Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time.UTC(),
+		Final: final, MaxParallelism: c.job.plan.Spec.MaxParallelism}
+	for _, n := range c.job.plan.Nodes {
+		m.Nodes = append(m.Nodes, SavepointNode{ID: n.ID, Kind: n.Kind.String(), Parallelism: n.Parallelism})
+	}
+	return m
 }
 
 // onAck takes a task's snapshot: the synchronous part was captured on the
@@ -239,6 +439,34 @@ func (c *coordinator) onWritten(w writeResult) {
 		c.failed(f.id, fmt.Errorf("write checkpoint %d: %w", f.id, f.err))
 		return
 	}
+	if c.exporting > 0 {
+		f.ready = true // completeReady completes it once the export ended
+		return
+	}
+	c.complete(f)
+}
+
+// completeReady completes, oldest first, the checkpoints whose completion
+// waited for an export, until one of them starts an export itself.
+func (c *coordinator) completeReady() {
+	for c.exporting == 0 {
+		var next *inFlight
+		for _, f := range c.pending {
+			if f.ready && (next == nil || f.id < next.id) {
+				next = f
+			}
+		}
+		if next == nil {
+			return
+		}
+		next.ready = false
+		c.complete(next)
+	}
+}
+
+// complete marks checkpoint f complete in the store, starts the export of a
+// savepoint, and sends notify-complete to the tasks.
+func (c *coordinator) complete(f *inFlight) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.spec.Timeout.D())
 	err := f.pending.Complete(ctx)
 	cancel()
@@ -249,7 +477,13 @@ func (c *coordinator) onWritten(w writeResult) {
 	delete(c.pending, f.id)
 	c.lastComplete = time.Now()
 	c.failures = 0
-	c.logger.Info("checkpoint complete", "checkpoint", f.id, "duration", time.Since(f.started).Round(time.Millisecond), "final", f.final)
+	c.logger.Info("checkpoint complete", "checkpoint", f.id, "duration", time.Since(f.started).Round(time.Millisecond),
+		"final", f.final, "savepoint", f.req != nil)
+	if f.req != nil {
+		// Before notify-complete: the tasks end after the final one, and
+		// the job's end waits for the exports started before.
+		c.export(f)
+	}
 	for _, t := range c.job.tasks {
 		t.post(mail{complete: f.id, final: f.final})
 	}
@@ -258,32 +492,82 @@ func (c *coordinator) onWritten(w writeResult) {
 		if id < f.id {
 			_ = old.pending.Abort()
 			delete(c.pending, id)
+			if old.req != nil {
+				c.finish(old.req, fmt.Errorf("savepoint %d was subsumed by checkpoint %d, which completed first: trigger it again", id, f.id))
+			}
 		}
 	}
+	c.startQueued()
+}
+
+// export writes completed savepoint f to its file on a goroutine of the
+// job's, which answers f's request and then reports on c.exported.
+func (c *coordinator) export(f *inFlight) {
+	req := f.req
+	delete(c.open, req)
+	exp, ok := c.store.(SavepointExporter)
+	if !ok {
+		req.finish(Savepoint{}, fmt.Errorf("savepoint %d is checkpoint %d of the store, which cannot write savepoint files", f.id, f.id))
+		return
+	}
+	c.exporting++
+	c.job.bg.Add(1)
+	go func() {
+		defer c.job.bg.Done()
+		sp := Savepoint{ID: f.id, Path: filepath.Join(req.dir, SavepointFileName(f.id, f.meta.Time)), Time: f.meta.Time, Final: f.final}
+		err := os.MkdirAll(req.dir, 0o755)
+		if err == nil {
+			err = exp.ExportSavepoint(f.id, sp.Path)
+		}
+		if err != nil {
+			err = fmt.Errorf("write savepoint %d to %s: %w", f.id, req.dir, err)
+			c.logger.Warn("savepoint failed", "checkpoint", f.id, "error", err.Error())
+			req.finish(Savepoint{}, err)
+		} else {
+			c.logger.Info("savepoint written", "checkpoint", f.id, "path", sp.Path, "final", f.final)
+			req.finish(sp, nil)
+		}
+		select {
+		case c.exported <- struct{}{}:
+		case <-c.exited:
+		}
+	}()
 }
 
 // expire aborts checkpoints past checkpoint.timeout.
 func (c *coordinator) expire(now time.Time) {
 	for id, f := range c.pending {
-		if now.Sub(f.started) > c.spec.Timeout.D() {
+		if !f.ready && now.Sub(f.started) > c.spec.Timeout.D() {
 			c.failed(id, fmt.Errorf("checkpoint %d timed out after %s (%d of %d tasks acknowledged)", id, c.spec.Timeout.D(), f.acked, len(c.job.tasks)))
 		}
 	}
 }
 
 // failed aborts checkpoint id and counts the failure; past
-// tolerable_failures (or for the final checkpoint) the job fails.
+// tolerable_failures (or for the final checkpoint) the job fails. A
+// savepoint that fails answers its request and is not counted (as in
+// Flink): the job goes on.
 func (c *coordinator) failed(id int64, err error) {
 	f, ok := c.pending[id]
 	if ok {
 		_ = f.pending.Abort()
 		delete(c.pending, id)
+		if f.req != nil {
+			c.finish(f.req, err)
+			if !f.final {
+				c.logger.Warn("savepoint failed", "checkpoint", id, "error", err)
+				c.startQueued()
+				return
+			}
+		}
 	}
 	c.failures++
 	c.logger.Warn("checkpoint failed", "checkpoint", id, "error", err, "consecutive_failures", c.failures)
 	if (ok && f.final) || id == c.final || c.failures > c.spec.TolerableFailures {
 		c.job.fail(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
+		return
 	}
+	c.startQueued()
 }
 
 // release frees the snapshots of an ack.

@@ -13,4 +13,10 @@ var (
 	// ErrRestore is returned when a checkpoint cannot be restored into the
 	// pipeline as it is now.
 	ErrRestore = errors.New("cannot restore")
+	// ErrNoCheckpoints is returned for a savepoint of a job whose pipeline
+	// has no checkpoint block.
+	ErrNoCheckpoints = errors.New("the pipeline has no checkpoint block")
+	// ErrJobEnding is returned for a savepoint requested once the job ends
+	// or takes its final checkpoint.
+	ErrJobEnding = errors.New("the job is ending")
 )

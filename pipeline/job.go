@@ -30,6 +30,12 @@ type JobOptions struct {
 	// AllowNonRestoredState lets a restore drop the state of steps that are
 	// no longer in the pipeline; without it such a restore fails.
 	AllowNonRestoredState bool
+	// StateDir is the pipeline's state directory (`eddy run`: state.dir or
+	// --state-dir, plus the pipeline name); write-ahead sinks keep their
+	// commit markers under it, and state.backend bbolt its live files
+	// (under live/; empty: a temporary directory). Required for a sink
+	// with write_ahead.
+	StateDir string
 }
 
 // Ack is a task's acknowledgement of checkpoint barrier Checkpoint: the task
@@ -62,7 +68,14 @@ type Job struct {
 	errOnce              sync.Once
 	err                  error
 	wg                   sync.WaitGroup
-	done                 chan struct{}
+	// tasksEnded is closed when every task ended; done once the
+	// coordinator and the savepoint exports (bg) ended too.
+	tasksEnded chan struct{}
+	bg         sync.WaitGroup
+	done       chan struct{}
+
+	mu       sync.Mutex
+	finalReq *savepointReq // of StopWithSavepoint
 }
 
 // Start builds every task of plan and starts them.
@@ -73,7 +86,8 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}), done: make(chan struct{})}
+	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}),
+		tasksEnded: make(chan struct{}), done: make(chan struct{})}
 	if cp := plan.Spec.Checkpoint; cp != nil {
 		if opts.Store == nil {
 			return nil, errors.New("start pipeline: the checkpoint block needs a checkpoint store")
@@ -123,6 +137,13 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	}()
 	go func() {
 		j.wg.Wait()
+		close(j.tasksEnded)
+		if j.coord != nil {
+			// Every export starts on the coordinator goroutine: once it
+			// returned, bg counts them all.
+			<-j.coord.exited
+		}
+		j.bg.Wait()
 		close(j.done)
 	}()
 	return j, nil
@@ -159,7 +180,9 @@ func (j *Job) Cancel() {
 	}
 }
 
-// Wait blocks until every task ended and returns the first failure.
+// Wait blocks until every task ended (and the savepoint files being
+// written, a stop with savepoint's included, are written) and returns the
+// first failure.
 func (j *Job) Wait() error {
 	<-j.done
 	return j.err
@@ -184,6 +207,105 @@ func (j *Job) TriggerCheckpoint(ctx context.Context, b Barrier) error {
 		}
 	}
 	return nil
+}
+
+// TriggerSavepoint takes a savepoint of the running job: an aligned
+// checkpoint (also in at_least_once mode) that goes through the
+// coordinator like a periodic one (it waits for max_concurrent and
+// min_pause, and goes before the next periodic checkpoint), marked as a
+// savepoint, then written as a self-contained savepoint file into dir
+// (created if needed) named SavepointFileName. Its checkpoint stays in the
+// store as a regular one; the file is never removed by retention. A failed
+// savepoint does not count against checkpoint.tolerable_failures.
+//
+// Called from any goroutine (the admin endpoint's handlers); it blocks
+// until the file is written, the savepoint failed, or the job ends
+// (ErrJobEnding), or ctx ends (the savepoint then goes on without a
+// caller). ErrNoCheckpoints without a checkpoint block.
+func (j *Job) TriggerSavepoint(ctx context.Context, dir string) (Savepoint, error) {
+	req, err := j.savepointReq(dir)
+	if err != nil {
+		return Savepoint{}, err
+	}
+	select {
+	case j.coord.requests <- req:
+	case <-j.coord.exited:
+		return Savepoint{}, fmt.Errorf("trigger savepoint: %w: it ended", ErrJobEnding)
+	case <-ctx.Done():
+		return Savepoint{}, fmt.Errorf("trigger savepoint: %w", ctx.Err())
+	}
+	select {
+	case <-req.done:
+		if req.err != nil {
+			return Savepoint{}, fmt.Errorf("trigger savepoint: %w", req.err)
+		}
+		return req.sp, nil
+	case <-ctx.Done():
+		return Savepoint{}, fmt.Errorf("trigger savepoint: %w (the savepoint goes on)", ctx.Err())
+	}
+}
+
+// StopWithSavepoint stops the job gracefully, as Stop does, with its final
+// checkpoint taken as a savepoint and written into dir (Flink's
+// stop-with-savepoint). It returns once the coordinator accepted, without
+// waiting for the stop; FinalSavepoint tells the outcome after Wait. It
+// fails with ErrJobEnding when the final checkpoint was triggered already
+// (the input ended, or a stop with savepoint is under way) and with
+// ErrNoCheckpoints without a checkpoint block; the job is not stopped then.
+// Called from any goroutine (the run's signal handling, the admin
+// endpoint).
+func (j *Job) StopWithSavepoint(ctx context.Context, dir string) error {
+	req, err := j.savepointReq(dir)
+	if err != nil {
+		return err
+	}
+	select {
+	case j.coord.stops <- req:
+	case <-j.coord.exited:
+		return fmt.Errorf("stop with savepoint: %w: it ended", ErrJobEnding)
+	case <-ctx.Done():
+		return fmt.Errorf("stop with savepoint: %w", ctx.Err())
+	}
+	if err := <-req.accept; err != nil {
+		return fmt.Errorf("stop with savepoint: %w", err)
+	}
+	j.mu.Lock()
+	j.finalReq = req
+	j.mu.Unlock()
+	j.Stop()
+	return nil
+}
+
+// FinalSavepoint returns the savepoint that StopWithSavepoint asked for,
+// or why there is none (the final checkpoint or its export failed, the job
+// was cancelled). Call it after Wait; before, it blocks until the job ends.
+// Safe from any goroutine.
+func (j *Job) FinalSavepoint() (Savepoint, error) {
+	j.mu.Lock()
+	req := j.finalReq
+	j.mu.Unlock()
+	if req == nil {
+		return Savepoint{}, errors.New("final savepoint: no stop with savepoint was requested")
+	}
+	<-req.done
+	if req.err != nil {
+		return Savepoint{}, fmt.Errorf("final savepoint: %w", req.err)
+	}
+	return req.sp, nil
+}
+
+// savepointReq checks that the job can take savepoints into dir.
+func (j *Job) savepointReq(dir string) (*savepointReq, error) {
+	if j.coord == nil {
+		return nil, ErrNoCheckpoints
+	}
+	if dir == "" {
+		return nil, errors.New("savepoint: no directory to write it to")
+	}
+	if _, ok := j.coord.store.(SavepointExporter); !ok {
+		return nil, errors.New("savepoint: the checkpoint store cannot write savepoint files")
+	}
+	return newSavepointReq(dir), nil
 }
 
 // checkRestore rejects a restore that would drop state: keyed state of a
@@ -286,7 +408,7 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 			PipelineName: spec.Name, Logger: j.opts.Logger.With(n.Kind.String(), n.ID, "subtask", sub),
 			Metrics: j.opts.Metrics,
 		}
-		s, err := newStage(n, info)
+		s, err := newStage(n, info, j.opts.StateDir)
 		if err != nil {
 			return nil, err
 		}

@@ -263,7 +263,14 @@ func guarantee(spec *Spec, nodes []*Node) (Guarantee, []string) {
 			cg = gi.Guarantee()
 		}
 		if cg < ExactlyOnce {
-			why = append(why, fmt.Sprintf("%s %q (%s) is %s", n.Kind, n.ID, n.Type, cg))
+			r := fmt.Sprintf("%s %q (%s) is %s", n.Kind, n.ID, n.Type, cg)
+			if n.Kind == SinkNode && n.Sink.WriteAhead {
+				// Write-ahead keeps the sink's own class: exactly-once but
+				// for one window, which is at-least-once (writeahead.go).
+				r += " with write_ahead: it writes each checkpoint's records once the checkpoint completes," +
+					" and again only if eddy dies between the sink's flush and its commit marker"
+			}
+			why = append(why, r)
 		}
 		g = min(g, cg)
 	}

@@ -92,10 +92,14 @@ type SinkSpec struct {
 	Parallelism int
 	// Changelog says how the sink takes a changelog stream (rows with _op).
 	Changelog Changelog
-	Config    SinkConfig
-	Pos       Pos
-	Inputs    []StreamRef
-	node      *yaml.Node
+	// WriteAhead wraps a sink without transactions so that it writes the
+	// records of a checkpoint interval once that checkpoint completes
+	// (writeahead.go).
+	WriteAhead bool
+	Config     SinkConfig
+	Pos        Pos
+	Inputs     []StreamRef
+	node       *yaml.Node
 }
 
 // The keys every source, step and sink has besides its type's own.
@@ -135,6 +139,7 @@ type (
 		From        StringList `yaml:"from"`
 		Parallelism int        `yaml:"parallelism"`
 		Changelog   Changelog  `yaml:"changelog"`
+		WriteAhead  bool       `yaml:"write_ahead"`
 	}
 )
 
@@ -463,5 +468,27 @@ func (p *problems) loadSink(env *Env, spec *Spec, n *yaml.Node, i int) *SinkSpec
 		}
 		c.Parallelism = mp.MaxParallelism()
 	}
-	return &SinkSpec{ID: c.ID, Type: c.Type, From: c.From, Parallelism: c.Parallelism, Changelog: c.Changelog, Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+	if c.WriteAhead {
+		p.checkWriteAhead(n, spec, cfg, what, c.Type)
+	}
+	return &SinkSpec{ID: c.ID, Type: c.Type, From: c.From, Parallelism: c.Parallelism, Changelog: c.Changelog, WriteAhead: c.WriteAhead,
+		Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+}
+
+// checkWriteAhead reports a `write_ahead: true` that cannot work: without
+// checkpoints nothing would ever be written, and a two-phase-commit sink
+// already writes with each checkpoint. The config is asked for a sink
+// (not opened) to tell the latter.
+func (p *problems) checkWriteAhead(n *yaml.Node, spec *Spec, cfg SinkConfig, what, typ string) {
+	_, v := mappingValue(n, "write_ahead")
+	if spec.Checkpoint == nil {
+		p.at(v, "%s: write_ahead needs a checkpoint block: its records are written when a checkpoint completes (add checkpoint: {interval: 1s}, or remove write_ahead)", what)
+	}
+	sink, err := cfg.NewSink()
+	if err != nil {
+		return // the run reports it
+	}
+	if _, ok := sink.(TwoPhaseCommitSink); ok {
+		p.at(v, "%s: write_ahead is for sinks without transactions; a %s sink already commits its output with each checkpoint (remove write_ahead)", what, typ)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ type stage struct {
 	restore       RestoredCheckpoint
 	checkpointing bool
 	spec          *Spec
+	stateDir      string // JobOptions.StateDir
 	sink          Sink
 	src           Source
 	// out is the node's main output: chained children, then writers.
@@ -75,9 +77,10 @@ func (c counting) Emit(b []Record) error {
 	return c.next.Emit(b)
 }
 
-// newStage builds the runtime instance of node n on one subtask.
-func newStage(n *Node, info SubtaskInfo) (*stage, error) {
-	s := &stage{node: n, info: info, in: info.Metrics.RecordsIn(info)}
+// newStage builds the runtime instance of node n on one subtask; a sink
+// with write_ahead is wrapped, its commit markers under stateDir.
+func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
+	s := &stage{node: n, info: info, in: info.Metrics.RecordsIn(info), stateDir: stateDir}
 	var err error
 	switch n.Kind {
 	case SourceNode:
@@ -89,6 +92,9 @@ func newStage(n *Node, info SubtaskInfo) (*stage, error) {
 		s.pth, _ = s.op.(ProcessingTimeHandler)
 	case SinkNode:
 		s.sink, err = n.Sink.Config.NewSink()
+		if err == nil && n.Sink.WriteAhead {
+			s.sink, err = newWriteAheadSink(s.sink, stateDir)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create %s %q subtask %d: %w", n.Kind, n.ID, info.Subtask, err)
@@ -129,18 +135,35 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 	return nil
 }
 
-// keyedState creates the stage's state backend on first use.
+// keyedState creates the stage's state backend on first use, as
+// state.backend says: memory, or bbolt with its live file in
+// <state dir>/live/<step>-<subtask> (a temporary directory when the job
+// has no state dir).
 func (s *stage) keyedState() (statestore.Backend, error) {
 	if s.state != nil {
 		return s.state, nil
 	}
 	maxPar := s.info.MaxParallelism
 	start, end := KeyGroupRange(s.info.Subtask, s.info.Parallelism, maxPar)
-	b, err := statestore.NewMemory(statestore.Options{
+	opts := statestore.Options{
 		KeyGroup:  func(key string) int { return KeyGroup(key, maxPar) },
 		KeyGroups: [2]int{start, end},
 		Clock:     nowMillis,
-	})
+	}
+	var (
+		b   statestore.Backend
+		err error
+	)
+	if st := s.spec.State; st.Backend == "bbolt" {
+		const liveDir = "live"
+		dir := ""
+		if s.stateDir != "" {
+			dir = filepath.Join(s.stateDir, liveDir, fmt.Sprintf("%s-%d", s.node.ID, s.info.Subtask))
+		}
+		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: dir, CacheEntries: st.CacheEntries})
+	} else {
+		b, err = statestore.NewMemory(opts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("keyed state of step %q: %w", s.node.ID, err)
 	}

@@ -26,6 +26,21 @@ var backends = []struct {
 		require.NoError(t, err)
 		return b
 	}},
+	{"bbolt", func(t testing.TB, opts statestore.Options) statestore.Backend {
+		return openBolt(t, opts, 0)
+	}},
+	// A cache of 32 keys: most tests then evict, flush and load keys again.
+	{"bbolt-evicting", func(t testing.TB, opts statestore.Options) statestore.Backend {
+		return openBolt(t, opts, 32)
+	}},
+}
+
+// openBolt opens a bbolt backend with a cache of cacheEntries keys (0: the
+// default) in a new temporary directory.
+func openBolt(t testing.TB, opts statestore.Options, cacheEntries int) *statestore.Bolt {
+	b, err := statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: t.TempDir(), CacheEntries: cacheEntries})
+	require.NoError(t, err)
+	return b
 }
 
 // opener opens backends of one implementation that share a clock and a
@@ -220,4 +235,42 @@ func inRange(blobs map[int][]byte, start, end int) [][]byte {
 		}
 	}
 	return out
+}
+
+// TestSnapshotsMoveBetweenBackends: a snapshot of one backend restores into
+// every other (a savepoint switches `state.backend`), registered before or
+// after the restore, and the restored backend snapshots the same bytes.
+func TestSnapshotsMoveBetweenBackends(t *testing.T) {
+	for _, from := range backends {
+		for _, to := range backends {
+			t.Run(from.name+"->"+to.name, func(t *testing.T) {
+				src := &opener{t: t, open: from.open, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
+				dst := &opener{t: t, open: to.open, maxPar: 16, clock: src.clock}
+				b := src.all()
+				f := registerAll(t, b)
+				for i, k := range keys(300) {
+					f.fill(k, i)
+					f.fill(k, i*3)
+				}
+				want := dumpAll(t, b, f)
+				require.NotEmpty(t, want)
+				blobs := snapshotBlobs(t, b)
+				for _, registerFirst := range []bool{true, false} {
+					r := dst.all()
+					var g *fixture
+					if registerFirst {
+						g = registerAll(t, r)
+					}
+					require.NoError(t, r.Restore(inRange(blobs, 0, dst.maxPar)...))
+					if !registerFirst {
+						require.Equal(t, blobs, snapshotBlobs(t, r), "restored, not registered")
+						g = registerAll(t, r)
+					}
+					require.Equal(t, want, dumpAll(t, r, g))
+					require.Equal(t, blobs, snapshotBlobs(t, r))
+					require.NoError(t, r.Err())
+				}
+			})
+		}
+	}
 }

@@ -17,11 +17,12 @@
 // encodes on any other goroutine while the task keeps mutating the backend
 // (copy-on-write per key group and per key).
 //
-// Backends: memory (the heap, copy-on-write snapshots). The Backend interface
-// is sealed (it has an unexported method) so that the Register* functions can
-// build typed handles for each implementation inside this package; a new
-// backend (bbolt, live state on disk) is added here without changing
-// operators.
+// Backends: Memory (the heap, copy-on-write snapshots) and Bolt (live state
+// in a bbolt file with a bounded write-back cache, snapshots from a bbolt read
+// transaction; bolt.go). The Backend interface is sealed (it has an
+// unexported method) so that the Register* functions can build typed handles
+// for each implementation inside this package; a backend is added here
+// without changing operators.
 //
 // Checkpoint storage: CheckpointStore keeps completed checkpoints (and
 // exports savepoints) in one bbolt file per pipeline, every part checksummed

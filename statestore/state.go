@@ -161,6 +161,10 @@ func RegisterValue[T any](b Backend, d ValueDescriptor[T]) (ValueState[T], error
 		return register(be, spec, tableFuncs[T]{copy: d.Copy}, func(t *table[T]) ValueState[T] {
 			return &memValue[T]{t}
 		})
+	case *Bolt:
+		return registerBolt(be, spec, tableFuncs[T]{}, func(t *boltTable[T]) ValueState[T] {
+			return &boltValue[T]{t}
+		})
 	}
 	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
 }
@@ -176,6 +180,10 @@ func RegisterList[T any](b Backend, d ListDescriptor[T]) (ListState[T], error) {
 		return register(be, spec, tableFuncs[[]T]{}, func(t *table[[]T]) ListState[T] {
 			return &memList[T]{t}
 		})
+	case *Bolt:
+		return registerBolt(be, spec, tableFuncs[[]T]{}, func(t *boltTable[[]T]) ListState[T] {
+			return &boltList[T]{t}
+		})
 	}
 	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
 }
@@ -190,6 +198,10 @@ func RegisterMap[K comparable, V any](b Backend, d MapDescriptor[K, V]) (MapStat
 	case *Memory:
 		return register(be, spec, mapTableFuncs[K, V](spec.ttl), func(t *table[map[K]mapItem[V]]) MapState[K, V] {
 			return &memMap[K, V]{t}
+		})
+	case *Bolt:
+		return registerBolt(be, spec, mapTableFuncs[K, V](spec.ttl), func(t *boltTable[map[K]mapItem[V]]) MapState[K, V] {
+			return &boltMap[K, V]{t}
 		})
 	}
 	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
@@ -209,6 +221,10 @@ func RegisterReducing[T any](b Backend, d ReducingDescriptor[T]) (ReducingState[
 		return register(be, spec, tableFuncs[T]{copy: d.Copy}, func(t *table[T]) ReducingState[T] {
 			return &memReducing[T]{table: t, reduce: d.Reduce}
 		})
+	case *Bolt:
+		return registerBolt(be, spec, tableFuncs[T]{}, func(t *boltTable[T]) ReducingState[T] {
+			return &boltReducing[T]{boltTable: t, reduce: d.Reduce}
+		})
 	}
 	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
 }
@@ -226,6 +242,10 @@ func RegisterAggregating[IN, ACC, OUT any](b Backend, d AggregatingDescriptor[IN
 	case *Memory:
 		return register(be, spec, tableFuncs[ACC]{copy: d.Copy}, func(t *table[ACC]) AggregatingState[IN, ACC, OUT] {
 			return &memAggregating[IN, ACC, OUT]{table: t, d: d}
+		})
+	case *Bolt:
+		return registerBolt(be, spec, tableFuncs[ACC]{}, func(t *boltTable[ACC]) AggregatingState[IN, ACC, OUT] {
+			return &boltAggregating[IN, ACC, OUT]{boltTable: t, d: d}
 		})
 	}
 	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)

@@ -1,0 +1,704 @@
+package statestore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// The bbolt backend keeps the live state in a bbolt file, one bucket per
+// state, one record per (key, namespace) (bolt_table.go has the format),
+// and the keys in use in a bounded write-back cache:
+//
+//   - A state access finds its key in the cache, or loads the key's records
+//     (every namespace of the key, decoded on first use) into it.
+//   - Writes change the cached entry and mark it dirty. When a load finds
+//     the cache full, every dirty entry is written in one bbolt transaction
+//     (the namespaces written and deleted since the previous flush) and
+//     about half of the entries are evicted, those not used since the
+//     previous eviction first (CLOCK).
+//   - Snapshot writes the dirty entries, then opens a bbolt read
+//     transaction: a consistent view of the file that the snapshot encodes
+//     on another goroutine while the task keeps writing (bbolt's pages are
+//     copy-on-write, so nothing is copied here).
+//
+// An access never evicts the entry of the key it works on, and iterations
+// (Namespaces, MapState.Iterate) pin their entry, so that every pointer into
+// the cache stays valid for as long as the memory backend's does.
+//
+// Timers stay on the heap, in the memory backend's TimerService: they are
+// one per (key, window) rather than per value, fire in order from a heap
+// that a file cannot serve cheaply, and the memory backend's snapshot copy
+// (O(timers), a few bytes each) is already what this backend needs.
+
+// DefaultCacheEntries is the cache bound of a bbolt backend when
+// BoltOptions.CacheEntries is 0.
+const DefaultCacheEntries = 10_000
+
+// BoltFileName is the name of the live state file in BoltOptions.Dir.
+const BoltFileName = "live.db"
+
+// initialMmapSize is the address space bbolt maps at open. A write
+// transaction that grows the file past the mapping must wait for every read
+// transaction (a snapshot being encoded) to end; mapping 1 GiB of address
+// space up front (not memory: the file grows as it is written) keeps
+// checkpoints from stalling the task until the live state is that large.
+// Not on Windows, where bbolt would grow the file to the mapping's size,
+// nor where address space is short (32 bits).
+func initialMmapSize() int {
+	if runtime.GOOS == "windows" || strconv.IntSize == 32 {
+		return 0
+	}
+	return 1 << 30
+}
+
+// BoltOptions configure a bbolt backend.
+type BoltOptions struct {
+	Options
+	// Dir is the directory of the live state file (BoltFileName), created if
+	// needed. The file is scratch: a file left there by an earlier run is
+	// replaced (Restore fills the new one from a snapshot), and Close
+	// removes the file and then the directory if it is empty. Empty: a new
+	// temporary directory, removed by Close.
+	Dir string
+	// CacheEntries bounds the write-back cache: how many keys, summed over
+	// the states, are kept decoded in memory. 0: DefaultCacheEntries.
+	CacheEntries int
+}
+
+// Bolt is the bbolt state backend: the live state is in a bbolt file, the
+// keys in use in a bounded write-back cache, and the timers on the heap. It
+// is what `state.backend: bbolt` selects, for state larger than memory.
+// It behaves as Memory does, and its snapshots are byte for byte those of a
+// Memory holding the same state, so a savepoint of one restores into the
+// other. Like Memory, it is used from the task goroutine only (the
+// Backend contract); its snapshots encode on any goroutine.
+//
+// Differences: a state access may read or write the file (a cache miss, a
+// flush), and a disk error is recorded as the backend's sticky error (Err);
+// values go through CBOR when their key is evicted, so a value read back
+// has the types a restore would give it (an `any` integer comes back as
+// int64); Snapshot writes the dirty part of the cache before it returns.
+// Close ends the backend's snapshots: one being encoded finishes first, a
+// later EncodeGroups or WriteTo returns ErrClosed.
+type Bolt struct {
+	kg         KeyGroupFunc
+	clock      func() int64
+	start, end int
+
+	dir, path string
+	tempDir   bool // dir was created by NewBolt: Close removes it whole
+	db        *bolt.DB
+	rtx       *bolt.Tx // the read transaction of cache loads; see view
+
+	limit  int // cache bound, in entries
+	cached int // entries in the cache, all states
+
+	err    error // sticky
+	closed bool
+
+	states  map[string]boltRegistered
+	tables  []boltTableOps // the registered states, in registration order
+	pending map[string]Kind
+	// mem holds the timer services (and only them).
+	mem      *Memory
+	restored map[int]bool
+
+	arena  []byte // scratch of flush; bbolt holds its slices until commit
+	keyBuf []byte
+
+	snapMu sync.Mutex
+	snaps  map[*boltSnap]struct{} // open snapshots, closed by Close
+}
+
+type boltRegistered struct {
+	tbl    boltTableOps
+	handle any
+}
+
+// boltTableOps is a boltTable of any Go type, as the backend sees it.
+type boltTableOps interface {
+	State
+	// flushTo writes the dirty entries in tx; flushed marks them clean
+	// once tx committed.
+	flushTo(tx *bolt.Tx, arena *[]byte) error
+	flushed()
+	// evict drops up to n clean, unpinned entries, those used since the
+	// last sweep only when all is true (else it clears their use bit), and
+	// returns how many it dropped.
+	evict(n int, all bool) int
+	// dropCache drops every unpinned entry (they must be clean).
+	dropCache() int
+	freeze(tx *bolt.Tx, start int) frozenState
+	restoreGroup(tx *bolt.Tx, group int, entries []wireEntry, now int64) error
+	cleanup(now int64) (int, error)
+}
+
+var _ Backend = (*Bolt)(nil)
+
+// NewBolt creates the live state file and returns an empty bbolt backend.
+// The runtime calls it on the task goroutine when a stateful step opens.
+func NewBolt(opts BoltOptions) (*Bolt, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.CacheEntries < 0 {
+		return nil, fmt.Errorf("%w: CacheEntries %d is negative", ErrInvalidOptions, opts.CacheEntries)
+	}
+	if opts.CacheEntries == 0 {
+		opts.CacheEntries = DefaultCacheEntries
+	}
+	mem, err := NewMemory(opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bolt{
+		kg: opts.KeyGroup, clock: opts.Clock, start: opts.KeyGroups[0], end: opts.KeyGroups[1],
+		dir: opts.Dir, limit: opts.CacheEntries,
+		states: map[string]boltRegistered{}, pending: map[string]Kind{}, mem: mem,
+		restored: map[int]bool{}, snaps: map[*boltSnap]struct{}{},
+	}
+	if b.dir == "" {
+		if b.dir, err = os.MkdirTemp("", "eddy-state-"); err != nil {
+			return nil, fmt.Errorf("create live state directory: %w", err)
+		}
+		b.tempDir = true
+	} else if err := os.MkdirAll(b.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create live state directory: %w", err)
+	}
+	b.path = filepath.Join(b.dir, BoltFileName)
+	if err := os.Remove(b.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = b.removeFiles()
+		return nil, fmt.Errorf("remove the live state file of an earlier run: %w", err)
+	}
+	b.db, err = bolt.Open(b.path, 0o600, &bolt.Options{
+		// Another process holding the new file's lock is a second eddy
+		// running the same pipeline: fail rather than wait.
+		Timeout: time.Second,
+		// The file is scratch: it is recreated at every start and restored
+		// from the latest checkpoint, which is what makes state durable.
+		// Syncing it would only slow every flush down, so nothing is synced
+		// (data, file growth, freelist): a crash can leave it torn, and it
+		// is never read again.
+		NoSync:          true,
+		NoGrowSync:      true,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: initialMmapSize(),
+	})
+	if err != nil {
+		_ = b.removeFiles()
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("open live state file %s: another process holds it: stop the other eddy running this pipeline, or give this one another state dir", b.path)
+		}
+		return nil, fmt.Errorf("open live state file %s: %w", b.path, err)
+	}
+	return b, nil
+}
+
+func (b *Bolt) sealed() {}
+
+// removeFiles removes the live file and the directory (when NewBolt created
+// it, or when it is empty).
+func (b *Bolt) removeFiles() error {
+	if b.tempDir {
+		return os.RemoveAll(b.dir)
+	}
+	err := os.Remove(b.path)
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	_ = os.Remove(b.dir) // fails when something else is in it: keep it then
+	return err
+}
+
+// index returns key's key group minus start, or -1 (recording the failure)
+// when the key belongs to another subtask.
+func (b *Bolt) index(key string) int {
+	g := b.kg(key)
+	i := g - b.start
+	if uint(i) >= uint(b.end-b.start) {
+		b.fail(fmt.Errorf("%w: key %q is in key group %d, the backend holds [%d, %d)", ErrKeyGroupRange, key, g, b.start, b.end))
+		return -1
+	}
+	return i
+}
+
+func (b *Bolt) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+// KeyGroupRange implements Backend.
+func (b *Bolt) KeyGroupRange() (start, end int) { return b.start, b.end }
+
+// Err implements Backend. It includes the failures of the timer services.
+func (b *Bolt) Err() error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.mem.Err()
+}
+
+// State implements Backend.
+func (b *Bolt) State(name string) (State, error) {
+	r, ok := b.states[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownState, name)
+	}
+	return r.tbl, nil
+}
+
+// StateNames implements Backend.
+func (b *Bolt) StateNames() []string {
+	names := slices.Collect(maps.Keys(b.states))
+	sort.Strings(names)
+	return names
+}
+
+// TimerService implements Backend. Timers live on the heap (see above).
+func (b *Bolt) TimerService(name string) *TimerService { return b.mem.TimerService(name) }
+
+// Clear implements Backend.
+func (b *Bolt) Clear(key, ns string) {
+	for _, t := range b.tables {
+		t.Clear(key, ns)
+	}
+	if len(b.pending) == 0 {
+		return
+	}
+	gi := b.index(key)
+	if gi < 0 {
+		return
+	}
+	if b.closed {
+		b.fail(ErrClosed)
+		return
+	}
+	k := append(appendKeyPrefix(nil, b.start+gi, key), ns...)
+	err := b.update(func(tx *bolt.Tx) error {
+		for name := range b.pending {
+			if bkt := tx.Bucket([]byte(name)); bkt != nil {
+				if err := bkt.Delete(k); err != nil {
+					return fmt.Errorf("state %q, key %q: %w", name, key, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.fail(fmt.Errorf("clear restored state in %s: %w", b.path, err))
+	}
+}
+
+// Cleanup implements Backend. It reads every record of the states with a
+// TTL, so call it rarely (after a checkpoint, on a slow timer).
+func (b *Bolt) Cleanup() (int, error) {
+	if b.closed {
+		return 0, ErrClosed
+	}
+	now := b.clock()
+	n := 0
+	for _, t := range b.tables {
+		c, err := t.cleanup(now)
+		n += c
+		if err != nil {
+			err = fmt.Errorf("clean up state %q in %s: %w", t.Name(), b.path, err)
+			b.fail(err)
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// flush writes every dirty cache entry in one transaction.
+func (b *Bolt) flush() error {
+	if b.closed {
+		return ErrClosed
+	}
+	err := b.update(func(tx *bolt.Tx) error {
+		arena := b.arena[:0]
+		for _, t := range b.tables {
+			if err := t.flushTo(tx, &arena); err != nil {
+				return err
+			}
+		}
+		b.arena = arena
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write state cache to %s: %w", b.path, err)
+	}
+	for _, t := range b.tables {
+		t.flushed()
+	}
+	return nil
+}
+
+// update runs fn in a write transaction, after ending the read transaction
+// of view: a read transaction open on this goroutine would block a write
+// that grows the file's mapping, and would keep the pages the write frees
+// from being reused.
+func (b *Bolt) update(fn func(*bolt.Tx) error) error {
+	b.endRead()
+	return b.db.Update(fn)
+}
+
+// view runs fn in a read transaction that is begun on first use and kept
+// until the next write (update), so that cache loads share it.
+func (b *Bolt) view(fn func(*bolt.Tx) error) error {
+	if b.rtx == nil {
+		tx, err := b.db.Begin(false)
+		if err != nil {
+			return err
+		}
+		b.rtx = tx
+	}
+	return fn(b.rtx)
+}
+
+func (b *Bolt) endRead() {
+	if b.rtx != nil {
+		_ = b.rtx.Rollback()
+		b.rtx = nil
+	}
+}
+
+// makeRoom is called before a key is loaded into the cache: when the cache
+// is full it flushes and evicts entries until it is half full.
+func (b *Bolt) makeRoom() {
+	if b.cached < b.limit {
+		return
+	}
+	if err := b.flush(); err != nil {
+		b.fail(err) // dirty entries cannot be dropped: the cache grows
+		return
+	}
+	target := b.limit / 2
+	for _, all := range []bool{false, true} {
+		for _, t := range b.tables {
+			if b.cached <= target {
+				return
+			}
+			b.cached -= t.evict(b.cached-target, all)
+		}
+	}
+}
+
+// register implements the Register* functions for the bbolt backend.
+func registerBolt[S, H any](b *Bolt, spec stateSpec, fn tableFuncs[S], wrap func(*boltTable[S]) H) (H, error) {
+	var zero H
+	if b.closed {
+		return zero, ErrClosed
+	}
+	if r, ok := b.states[spec.name]; ok {
+		if r.tbl.Kind() != spec.kind {
+			return zero, fmt.Errorf("%w: state %q is registered as %s, not %s", ErrIncompatibleState, spec.name, r.tbl.Kind(), spec.kind)
+		}
+		h, ok := r.handle.(H)
+		if !ok {
+			return zero, fmt.Errorf("%w: state %q is registered as %T, not %T", ErrIncompatibleState, spec.name, r.handle, zero)
+		}
+		return h, nil
+	}
+	t := newBoltTable(b, spec, fn)
+	kind, restored := b.pending[spec.name]
+	if restored && kind != spec.kind {
+		return zero, fmt.Errorf("%w: state %q was restored as %s, not %s", ErrIncompatibleState, spec.name, kind, spec.kind)
+	}
+	err := b.update(func(tx *bolt.Tx) error {
+		bkt, err := tx.CreateBucketIfNotExists(t.bucket)
+		if err != nil {
+			return err
+		}
+		if restored {
+			return t.adopt(bkt, b.clock())
+		}
+		return nil
+	})
+	if err != nil {
+		return zero, fmt.Errorf("register state %q: %w", spec.name, err)
+	}
+	delete(b.pending, spec.name)
+	h := wrap(t)
+	b.states[spec.name] = boltRegistered{tbl: t, handle: h}
+	b.tables = append(b.tables, t)
+	return h, nil
+}
+
+// Snapshot implements Backend. It writes the dirty cache entries, opens a
+// read transaction that the snapshot encodes from, and copies the timers.
+func (b *Bolt) Snapshot() (Snapshot, error) {
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if err := b.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.flush(); err != nil {
+		b.fail(err)
+		return nil, err
+	}
+	tx, err := b.db.Begin(false)
+	if err != nil {
+		err = fmt.Errorf("snapshot %s: %w", b.path, err)
+		b.fail(err)
+		return nil, err
+	}
+	ms := &memSnapshot{start: b.start, end: b.end, now: b.clock()}
+	for _, t := range b.tables {
+		ms.states = append(ms.states, t.freeze(tx, b.start))
+	}
+	for name, kind := range b.pending {
+		ms.states = append(ms.states, &boltFrozenPending{name_: name, kind_: kind, tx: tx, start: b.start})
+	}
+	slices.SortFunc(ms.states, func(a, b frozenState) int { return cmpString(a.name(), b.name()) })
+	for _, t := range b.mem.timers {
+		if f := t.freeze(); f.n > 0 {
+			ms.timers = append(ms.timers, f)
+		}
+	}
+	slices.SortFunc(ms.timers, func(a, b frozenTimers) int { return cmpString(a.name, b.name) })
+
+	s := &boltSnap{b: b, tx: tx, snap: ms}
+	b.snapMu.Lock()
+	b.snaps[s] = struct{}{}
+	b.snapMu.Unlock()
+	out := &boltSnapshot{s: s}
+	// A snapshot dropped without Release would pin the file's old pages
+	// (and block its growth past the mapping) until Close.
+	runtime.AddCleanup(out, func(s *boltSnap) { s.end(snapReleased) }, s)
+	return out, nil
+}
+
+// Restore implements Backend. Everything is checked before the transaction
+// that writes the state, and an error inside it (a value that does not
+// decode into a registered state's type) rolls it back: a failed Restore
+// changes nothing.
+func (b *Bolt) Restore(blobs ...[]byte) error {
+	if b.closed {
+		return ErrClosed
+	}
+	if err := b.Err(); err != nil {
+		return err
+	}
+	now := b.clock()
+	type group struct {
+		kg int
+		p  wirePayload
+	}
+	var (
+		decoded      []group
+		pendingKinds = map[string]Kind{}
+		groups       = map[int]bool{}
+	)
+	for bi, blob := range blobs {
+		kg, payload, err := parseBlob(blob)
+		if err != nil {
+			return fmt.Errorf("restore blob %d: %w", bi, err)
+		}
+		if kg < b.start || kg >= b.end {
+			return fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, b.start, b.end)
+		}
+		if b.restored[kg] || groups[kg] {
+			return fmt.Errorf("restore blob %d: %w: key group %d", bi, ErrDuplicateKeyGroup, kg)
+		}
+		groups[kg] = true
+		var p wirePayload
+		if err := decMode.Unmarshal(payload, &p); err != nil {
+			return fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
+		}
+		for _, ws := range p.States {
+			if ws.Name == "" || !ws.Kind.valid() {
+				return fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
+			}
+			for _, e := range ws.Entries {
+				if g := b.kg(e.Key); g != kg {
+					return fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
+				}
+			}
+			if r, ok := b.states[ws.Name]; ok {
+				if r.tbl.Kind() != ws.Kind {
+					return fmt.Errorf("restore key group %d: %w: state %q is registered as %s, the snapshot has %s", kg, ErrIncompatibleState, ws.Name, r.tbl.Kind(), ws.Kind)
+				}
+				continue
+			}
+			kind, ok := pendingKinds[ws.Name]
+			if !ok {
+				kind = ws.Kind
+				if old, ok := b.pending[ws.Name]; ok {
+					kind = old
+				}
+				pendingKinds[ws.Name] = kind
+			}
+			if kind != ws.Kind {
+				return fmt.Errorf("restore key group %d: %w: state %q is %s in one key group and %s in another", kg, ErrCorrupt, ws.Name, kind, ws.Kind)
+			}
+		}
+		for _, wt := range p.Timers {
+			for _, t := range wt.Timers {
+				if t.Domain > ProcessingTime {
+					return fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
+				}
+				if g := b.kg(t.Key); g != kg {
+					return fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
+				}
+			}
+		}
+		decoded = append(decoded, group{kg, p})
+	}
+	// The records of the restored keys are merged with what the file holds:
+	// write the cache first, and drop it after.
+	if err := b.flush(); err != nil {
+		b.fail(err)
+		return err
+	}
+	err := b.update(func(tx *bolt.Tx) error {
+		for _, g := range decoded {
+			for _, ws := range g.p.States {
+				if r, ok := b.states[ws.Name]; ok {
+					if err := r.tbl.restoreGroup(tx, g.kg, ws.Entries, now); err != nil {
+						return fmt.Errorf("restore key group %d: %w", g.kg, err)
+					}
+					continue
+				}
+				bkt, err := tx.CreateBucketIfNotExists([]byte(ws.Name))
+				if err != nil {
+					return err
+				}
+				for _, e := range ws.Entries {
+					k := append(appendKeyPrefix(nil, g.kg, e.Key), e.NS...)
+					if err := bkt.Put(k, appendValue(nil, e.TS, e.Value)); err != nil {
+						return fmt.Errorf("restore key group %d, state %q, key %q: %w", g.kg, ws.Name, e.Key, err)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// The cached entries of restored keys are stale. (An iteration pins its
+	// entry: restoring while one runs is not supported.)
+	for _, t := range b.tables {
+		b.cached -= t.dropCache()
+	}
+	maps.Copy(b.pending, pendingKinds)
+	for _, g := range decoded {
+		for _, wt := range g.p.Timers {
+			svc := b.mem.TimerService(wt.Name)
+			for _, t := range wt.Timers {
+				svc.register(t.Domain, t.Key, t.NS, t.TS)
+			}
+		}
+	}
+	for kg := range groups {
+		b.restored[kg] = true
+	}
+	return nil
+}
+
+// Close implements Backend: it ends the open snapshots, closes the file and
+// removes it.
+func (b *Bolt) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.snapMu.Lock()
+	snaps := slices.Collect(maps.Keys(b.snaps))
+	b.snapMu.Unlock()
+	for _, s := range snaps {
+		s.end(snapClosed)
+	}
+	for _, t := range b.tables {
+		t.dropCache()
+	}
+	b.cached = 0
+	b.endRead()
+	err := b.db.Close()
+	if err != nil {
+		err = fmt.Errorf("close live state file %s: %w", b.path, err)
+	}
+	if rerr := b.removeFiles(); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove live state file: %w", rerr))
+	}
+	return err
+}
+
+// The states of a boltSnap.
+const (
+	snapOpen = iota
+	snapReleased
+	snapClosed
+)
+
+// boltSnap is the part of a snapshot that the backend tracks: the read
+// transaction and the captured states. mu serialises encoding and ending.
+type boltSnap struct {
+	b     *Bolt
+	mu    sync.Mutex
+	state int
+	tx    *bolt.Tx
+	snap  *memSnapshot
+}
+
+// end rolls back the read transaction, once; any goroutine.
+func (s *boltSnap) end(state int) {
+	s.mu.Lock()
+	if s.state == snapOpen {
+		s.state = state
+		_ = s.tx.Rollback()
+		s.snap.Release()
+	}
+	s.mu.Unlock()
+	s.b.snapMu.Lock()
+	delete(s.b.snaps, s)
+	s.b.snapMu.Unlock()
+}
+
+// boltSnapshot is the bbolt backend's Snapshot. It encodes with the memory
+// backend's code (the same format, byte for byte) from states that read the
+// snapshot's transaction.
+type boltSnapshot struct{ s *boltSnap }
+
+func (o *boltSnapshot) KeyGroupRange() (start, end int) { return o.s.snap.start, o.s.snap.end }
+
+func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case snapReleased:
+		return nil
+	case snapClosed:
+		return fmt.Errorf("encode snapshot: %w", ErrClosed)
+	}
+	return s.snap.EncodeGroups(fn)
+}
+
+func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	err := o.EncodeGroups(func(_ int, blob []byte) error {
+		n, err := w.Write(blob)
+		total += int64(n)
+		return err
+	})
+	return total, err
+}
+
+func (o *boltSnapshot) Release() { o.s.end(snapReleased) }
