@@ -88,6 +88,8 @@ type crashScenario struct {
 	atLeastOnce func(t *testing.T, want, got []string)
 	// exact adds checks of an exactly_once run beyond multiset equality.
 	exact func(t *testing.T, want, got []string)
+	// state, when set, is a state block appended to the pipeline file.
+	state string
 }
 
 func crashScenarios() []crashScenario {
@@ -113,7 +115,8 @@ func crashScenarios() []crashScenario {
 	}
 }
 
-// TestCrashRecovery runs every crash scenario in both checkpoint modes.
+// TestCrashRecovery runs every crash scenario in both checkpoint modes, and
+// two of them again with the live state on disk (state.backend bbolt).
 func TestCrashRecovery(t *testing.T) {
 	kills := 6
 	if testing.Short() {
@@ -140,6 +143,25 @@ func TestCrashRecovery(t *testing.T) {
 			})
 		}
 	}
+	// Caches smaller than the keys of a subtask (1000 ids for dedupe, 13
+	// keys for window): the runs evict, flush and load keys between
+	// checkpoints.
+	cache := map[string]int{"window": 12, "dedupe": 8}
+	for si, sc := range crashScenarios() {
+		if cache[sc.name] == 0 {
+			continue
+		}
+		sc.state = fmt.Sprintf("state:\n  backend: bbolt\n  cache_entries: %d\n", cache[sc.name])
+		t.Run(sc.name+"/exactly_once/bbolt", func(t *testing.T) {
+			t.Parallel()
+			n := sc.records
+			if testing.Short() {
+				n = sc.shortRecords
+			}
+			rng := rand.New(rand.NewPCG(seed, uint64(100+si)))
+			runCrashScenario(t, sc, "exactly_once", n, kills, rng)
+		})
+	}
 }
 
 func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int, rng *rand.Rand) {
@@ -157,6 +179,12 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 		}
 	}
 	file := mustAbs(t, sc.file)
+	if sc.state != "" {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		file = filepath.Join(work, filepath.Base(file))
+		require.NoError(t, os.WriteFile(file, append(b, sc.state...), 0o644))
+	}
 	want := canonicalLines(t, sc.expected(n))
 
 	// The uninterrupted run, at full speed: the output must not depend on
@@ -172,6 +200,16 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 	t.Logf("%s/%s: %d records, %d kills, %d incarnations, last completed checkpoint before the final run: %d; kill moments: %s",
 		sc.name, mode, n, cr.kills, cr.incarnations, cr.lastCompleted, strings.Join(cr.moments, ", "))
 	require.Positive(t, cr.kills, "the run ended before any kill")
+	if sc.state != "" {
+		// The live files were under the state dir, and the final run
+		// removed those that the killed ones left.
+		live, err := filepath.Glob(filepath.Join(state, "*", "live"))
+		require.NoError(t, err)
+		require.Len(t, live, 1, "no live state directory: did the bbolt backend run?")
+		left, err := os.ReadDir(live[0])
+		require.NoError(t, err)
+		require.Empty(t, left, "live state files left after the final run")
+	}
 
 	got := committedLines(t, out)
 	requireNoHiddenParts(t, out)
@@ -221,6 +259,12 @@ type crashResult struct {
 // newer one.
 func crashLoop(t *testing.T, dir string, env map[string]string, file string, kills int, rng *rand.Rand) crashResult {
 	t.Helper()
+	return crashLoopAt(t, dir, env, file, kills, func() (int, time.Duration, string) { return killMoment(rng) })
+}
+
+// crashLoopAt is crashLoop with the kill moments drawn by moment.
+func crashLoopAt(t *testing.T, dir string, env map[string]string, file string, kills int, draw func() (wait int, delay time.Duration, what string)) crashResult {
+	t.Helper()
 	cr := crashResult{committed: map[string][sha256.Size]byte{}}
 	out := env["CRASH_OUT"]
 	for {
@@ -229,7 +273,7 @@ func crashLoop(t *testing.T, dir string, env map[string]string, file string, kil
 		kill := cr.kills < kills
 		var moment string
 		if kill {
-			wait, delay, what := killMoment(rng)
+			wait, delay, what := draw()
 			moment = p.killAt(wait, delay) + what
 		}
 		res := p.wait(t)
@@ -596,7 +640,10 @@ func intField(t *testing.T, m map[string]any, k string) int64 {
 
 // eventTime is the event time of input record i: 10ms apart, up to 39ms
 // late, so out of order by less than the 100ms bound.
-func eventTime(i int) int64 { return crashBase + int64(i)*10 + int64(i*7919%40) }
+func eventTime(i int) int64 { return eventTimeFrom(crashBase, i) }
+
+// eventTimeFrom is eventTime with another first event time.
+func eventTimeFrom(base int64, i int) int64 { return base + int64(i)*10 + int64(i*7919%40) }
 
 // (a) windows
 
@@ -624,10 +671,10 @@ type windowKey struct {
 
 type windowAgg struct{ n, total int64 }
 
-func windowsOf(n int) map[windowKey]windowAgg {
+func windowsOf(base int64, n int) map[windowKey]windowAgg {
 	w := map[windowKey]windowAgg{}
 	for i := range n {
-		ts := eventTime(i)
+		ts := eventTimeFrom(base, i)
 		k := windowKey{key: "k" + strconv.Itoa(i%26), start: ts - ts%1000}
 		a := w[k]
 		a.n++
@@ -637,9 +684,13 @@ func windowsOf(n int) map[windowKey]windowAgg {
 	return w
 }
 
-func expectedWindows(n int) []map[string]any {
+func expectedWindows(n int) []map[string]any { return expectedWindowsFrom(crashBase, n) }
+
+// expectedWindowsFrom is expectedWindows for inputs whose first event time
+// is base.
+func expectedWindowsFrom(base int64, n int) []map[string]any {
 	var out []map[string]any
-	for k, a := range windowsOf(n) {
+	for k, a := range windowsOf(base, n) {
 		out = append(out, map[string]any{
 			"_firing": "on_time", "key": k.key, "n": a.n, "total": a.total,
 			"window_start": k.start, "window_end": k.start + 1000,

@@ -7,6 +7,7 @@ import (
 	_ "github.com/eddy-stream/eddy/connectors/blackhole"
 	_ "github.com/eddy-stream/eddy/connectors/file"
 	_ "github.com/eddy-stream/eddy/connectors/generator"
+	_ "github.com/eddy-stream/eddy/connectors/kafka"
 	_ "github.com/eddy-stream/eddy/connectors/socket"
 	_ "github.com/eddy-stream/eddy/connectors/stdio"
 )

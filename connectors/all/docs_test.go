@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	// Examples of docs/connectors.md have steps between sources and sinks.
+	_ "github.com/eddy-stream/eddy/operators"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 

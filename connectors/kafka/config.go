@@ -26,7 +26,8 @@ const DefaultKafkaVersion = "3.6.0"
 // sink: brokers, client id, protocol version, TLS and SASL. Both embed it
 // inline, so its keys sit beside the component's own.
 type ClientConfig struct {
-	// Brokers are the bootstrap brokers, host:port.
+	// Brokers are the bootstrap brokers, host:port: a list, or one string
+	// of comma-separated brokers.
 	Brokers pipeline.StringList `yaml:"brokers" eddy:"required"`
 	// ClientID names eddy in the brokers' logs and quotas.
 	ClientID string `yaml:"client_id"`
@@ -73,6 +74,16 @@ func defaultClientConfig() ClientConfig {
 // Validate checks the connection keys.
 func (c *ClientConfig) Validate() error {
 	var errs []error
+	// "a:9092,b:9092" (one string, e.g. from ${KAFKA_BROKERS}) is a list.
+	var brokers pipeline.StringList
+	for _, b := range c.Brokers {
+		for part := range strings.SplitSeq(b, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				brokers = append(brokers, part)
+			}
+		}
+	}
+	c.Brokers = brokers
 	if len(c.Brokers) == 0 {
 		errs = append(errs, pipeline.FieldErr("brokers", "must list at least one broker, e.g. [localhost:9092]"))
 	}

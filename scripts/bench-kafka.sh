@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Kafka benchmark against a real Apache Kafka broker: Kafka -> set -> Kafka
+# with delivery exactly_once (a transaction per 100ms checkpoint) and
+# at_least_once, alternately in the same command (bench/kafkabench); prints
+# records/s of each, their ratio, and end-to-end latency p50/p99.
+#
+#   scripts/bench-kafka.sh                       # starts a broker (scripts/kafka-it.sh), stops it after
+#   KAFKA_BROKERS=host:9092 scripts/bench-kafka.sh   # an existing broker
+#   scripts/bench-kafka.sh -records 500000 -runs 5   # flags go to bench/kafkabench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work=$(mktemp -d)
+started=
+cleanup() {
+	rm -rf "$work"
+	if [[ -n $started ]]; then scripts/kafka-it.sh --stop; fi
+}
+trap cleanup EXIT
+
+if [[ -z ${KAFKA_BROKERS:-} ]]; then
+	line=$(scripts/kafka-it.sh --start-only | grep '^KAFKA_BROKERS=')
+	started=1
+	export "${line?}"
+fi
+go build -o "$work/eddy" .
+go build -o "$work/kafkabench" ./bench/kafkabench
+"$work/kafkabench" -brokers "$KAFKA_BROKERS" -eddy "$work/eddy" "$@"
