@@ -220,6 +220,17 @@ type TwoPhaseCommitSink interface {
 	Commit(ctx context.Context, committables [][]byte) error
 }
 
+// CheckpointAbortListener is implemented by sources, operators and sinks
+// that act when a checkpoint is aborted (it failed, timed out or was
+// subsumed before completing: Flink's notifyCheckpointAborted).
+// CheckpointAborted is called on the task goroutine; an error is logged and
+// does not fail the job. A 2PC sink's pre-committed transaction of an
+// aborted checkpoint is not lost: the next completed checkpoint's Commit
+// includes it.
+type CheckpointAbortListener interface {
+	CheckpointAborted(ctx context.Context, id int64) error
+}
+
 // Guarantee is the delivery guarantee a component supports end to end.
 type Guarantee int
 

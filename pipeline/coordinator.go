@@ -556,6 +556,7 @@ func (c *coordinator) failed(id int64, err error) {
 			c.finish(f.req, err)
 			if !f.final {
 				c.logger.Warn("savepoint failed", "checkpoint", id, "error", err)
+				c.notifyAborted(id)
 				c.startQueued()
 				return
 			}
@@ -563,11 +564,19 @@ func (c *coordinator) failed(id int64, err error) {
 	}
 	c.failures++
 	c.logger.Warn("checkpoint failed", "checkpoint", id, "error", err, "consecutive_failures", c.failures)
+	c.notifyAborted(id)
 	if (ok && f.final) || id == c.final || c.failures > c.spec.TolerableFailures {
 		c.job.fail(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
 		return
 	}
 	c.startQueued()
+}
+
+// notifyAborted tells every task that checkpoint id will not complete.
+func (c *coordinator) notifyAborted(id int64) {
+	for _, t := range c.job.tasks {
+		t.post(mail{aborted: id})
+	}
 }
 
 // release frees the snapshots of an ack.

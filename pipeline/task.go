@@ -25,6 +25,9 @@ type mail struct {
 	complete int64
 	// final is set with complete for the run's final checkpoint.
 	final bool
+	// aborted says the coordinator gave checkpoint aborted up (it failed,
+	// timed out or was declined): stop aligning for it.
+	aborted int64
 }
 
 // post sends m to the task's mailbox without blocking the caller for long.
@@ -92,6 +95,9 @@ type task struct {
 	srcPositions map[int64][]byte
 	// srcSplits are the splits the source declared at Open.
 	srcSplits []int
+	// abortedUpTo is the newest checkpoint the coordinator aborted: its
+	// barriers, if any still arrive, are ignored.
+	abortedUpTo int64
 	// finalDone is set once the run's final checkpoint completed.
 	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
@@ -312,6 +318,9 @@ func (t *task) uncommitted(s *stage) [][]byte {
 // onMail handles a mailbox message on the task goroutine; done is true
 // when the run's final checkpoint completed.
 func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
+	if m.aborted != 0 {
+		return false, t.onAborted(ctx, m.aborted)
+	}
 	if m.complete == 0 || m.complete <= t.committed {
 		return false, nil
 	}
@@ -346,6 +355,41 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 	}
 	t.notifySource(ctx, m.complete)
 	return m.final, nil
+}
+
+// onAborted handles notify-aborted of checkpoint id: inputs held for its
+// alignment are released and its late barriers are ignored, its source
+// position is dropped, and the stages that listen are told. What 2PC sinks
+// pre-committed for it stays pending: the next completed checkpoint
+// commits it.
+func (t *task) onAborted(ctx context.Context, id int64) error {
+	t.abortedUpTo = max(t.abortedUpTo, id)
+	if t.aligning.ID != 0 && t.aligning.ID <= id {
+		t.logger.Info("checkpoint aborted: releasing the inputs held for it", "checkpoint", t.aligning.ID)
+		t.aligning = Barrier{}
+		for _, in := range t.inputs {
+			in.barrier, in.blocked = false, false
+		}
+	}
+	delete(t.srcPositions, id)
+	for _, s := range t.stages {
+		var l CheckpointAbortListener
+		switch {
+		case s.sink != nil:
+			l, _ = s.sink.(CheckpointAbortListener)
+		case s.op != nil:
+			l, _ = s.op.(CheckpointAbortListener)
+		case s.src != nil:
+			l, _ = s.src.(CheckpointAbortListener)
+		}
+		if l == nil {
+			continue
+		}
+		if err := l.CheckpointAborted(ctx, id); err != nil {
+			t.logger.Warn("could not act on an aborted checkpoint", s.node.Kind.String(), s.node.ID, "checkpoint", id, "err", err)
+		}
+	}
+	return nil
 }
 
 // notifySource tells a SourceCheckpointListener head that checkpoint id
@@ -652,8 +696,12 @@ func (t *task) runInputs(ctx context.Context) error {
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
 		case 0:
-			if _, err := t.onMail(ctx, v.Interface().(mail)); err != nil {
+			m := v.Interface().(mail)
+			if _, err := t.onMail(ctx, m); err != nil {
 				return err
+			}
+			if m.aborted != 0 {
+				rebuild() // inputs held for the aborted checkpoint are free
 			}
 			continue
 		case 1:
@@ -807,8 +855,8 @@ func (t *task) updateWatermark() error {
 func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error) {
 	changed := false
 	switch {
-	case b.ID < t.aligning.ID:
-		return false, nil // a barrier of an abandoned checkpoint
+	case b.ID < t.aligning.ID || b.ID <= t.abortedUpTo:
+		return false, nil // a barrier of an abandoned or aborted checkpoint
 	case b.ID > t.aligning.ID:
 		if t.aligning.ID != 0 {
 			t.logger.Warn("checkpoint abandoned: a newer barrier arrived before alignment finished",

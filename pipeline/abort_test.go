@@ -1,0 +1,115 @@
+package pipeline_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+// gateStep holds every batch until its gate opens: a step whose input (and
+// the barriers behind it) does not move.
+type gateConfig struct {
+	Gate bool `yaml:"gate"`
+	open chan struct{}
+}
+
+func (c *gateConfig) Validate() error                         { return nil }
+func (c *gateConfig) NewOperator() (pipeline.Operator, error) { return &gateOp{open: c.open}, nil }
+
+type gateOp struct{ open chan struct{} }
+
+func (o *gateOp) Open(context.Context, *pipeline.OperatorContext) error { return nil }
+func (o *gateOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	<-o.open
+	return out.Emit(in)
+}
+func (o *gateOp) Close() error { return nil }
+
+// failedCheckpoints is a slog handler that reports the ids of the
+// "checkpoint failed" lines.
+type failedCheckpoints struct{ ids chan int64 }
+
+func (h failedCheckpoints) Enabled(context.Context, slog.Level) bool { return true }
+func (h failedCheckpoints) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "checkpoint failed" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "checkpoint" {
+			h.ids <- a.Value.Int64()
+		}
+		return true
+	})
+	return nil
+}
+func (h failedCheckpoints) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h failedCheckpoints) WithGroup(string) slog.Handler      { return h }
+
+// An aborted checkpoint releases the inputs a task held for its alignment:
+// the barrier of one input is stuck behind a step that does not move, the
+// checkpoint times out, and the other input flows again (Flink's
+// notifyCheckpointAborted). Without the release it would wait for good.
+func TestAbortedCheckpointReleasesAlignment(t *testing.T) {
+	env := testEnv()
+	gate := make(chan struct{})
+	env.RegisterStep(pipeline.StepPlugin{Kind: "gate", New: func() pipeline.StepConfig { return &gateConfig{open: gate} }})
+	spec, err := pipeline.Load(env, "abort.yaml", []byte(`version: 1
+name: abort
+parallelism: 1
+checkpoint:
+  interval: 20ms
+  timeout: 100ms
+  tolerable_failures: 1000
+sources:
+  - { id: stuck, type: seq, forever: true, tag: a }
+  - { id: moving, type: seq, forever: true, pace: true, tag: b }
+steps:
+  - { id: held, from: stuck, gate: true }
+  - { id: both, from: [held, moving], pass: null }
+sinks:
+  - { id: out, from: both, type: collect }
+`))
+	require.NoError(t, err)
+	plan, err := pipeline.Compile(spec)
+	require.NoError(t, err)
+	col := newCollector()
+	spec.Sinks[0].Config.(*collectConfig).c = col
+	fromMoving := func() int {
+		n := 0
+		for _, r := range col.all() {
+			if r["src"] == "b" {
+				n++
+			}
+		}
+		return n
+	}
+
+	failed := failedCheckpoints{ids: make(chan int64, 1024)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Store: newMemStore(), Logger: slog.New(failed)})
+	require.NoError(t, err)
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer func() {
+		release()
+		job.Cancel()
+		_ = job.Wait()
+	}()
+
+	first := <-failed.ids
+	before := fromMoving()
+	for id := range failed.ids {
+		if id > first {
+			break
+		}
+	}
+	require.Greater(t, fromMoving(), before,
+		"records of the moving input after checkpoint %d's barrier must flow once it is aborted", first)
+}
