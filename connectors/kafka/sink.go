@@ -229,8 +229,11 @@ func (c *SinkConfig) producerConfig(delivery, txnID string) (*sarama.Config, err
 		sc.Producer.Transaction.Timeout = c.TransactionTimeout.D()
 		// InitProducerId answers CONCURRENT_TRANSACTIONS while the
 		// coordinator aborts what a crashed run left open: give it time.
-		sc.Producer.Transaction.Retry.Max = 50
-		sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
+		// CONCURRENT_TRANSACTIONS (markers of the id's previous
+		// transaction still being written) passes in milliseconds: retry
+		// often, for up to about 5s.
+		sc.Producer.Transaction.Retry.Max = 250
+		sc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
 	}
 	return sc, nil
 }
@@ -387,7 +390,7 @@ func (s *sink) Write(ctx context.Context, batch []pipeline.Record) error {
 	out := s.out
 	if s.txn != nil {
 		var err error
-		if out, err = s.txn.current(); err != nil {
+		if out, err = s.txn.current(ctx); err != nil {
 			return s.fail(err)
 		}
 	}

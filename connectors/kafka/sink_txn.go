@@ -125,9 +125,10 @@ func (s *sink) txnPrefix(pipelineName string) string {
 type slotState int
 
 const (
-	slotIdle    slotState = iota // no transaction
-	slotOpen                     // records since the last barrier
-	slotPending                  // pre-committed, waiting for its checkpoint
+	slotIdle     slotState = iota // no transaction
+	slotOpen                      // records since the last barrier
+	slotPending                   // pre-committed, waiting for its checkpoint
+	slotRenewing                  // committed; its next producer is starting
 )
 
 // txnSlot is one transactional id of the pool with its own client and
@@ -139,6 +140,14 @@ type txnSlot struct {
 	out     *output
 	state   slotState
 	pending committable
+	// renewed delivers the new producer of a slot in slotRenewing.
+	renewed chan renewal
+}
+
+// renewal is the outcome of a slot's producer renewal.
+type renewal struct {
+	out *output
+	err error
 }
 
 // txnPool is the exactly_once writer of one subtask.
@@ -183,22 +192,64 @@ func (s *sink) startSlot(slot *txnSlot) error {
 	if slot.client, err = s.cfg.newClient(pc); err != nil {
 		return s.errorf("%w", err)
 	}
-	return s.renewSlot(slot)
+	slot.out, err = s.newProducer(slot)
+	return err
 }
 
-// renewSlot starts a new producer for the slot, closing the old one: its
+// newProducer starts a producer for the slot's transactional id: its
 // InitProducerId bumps the epoch, so that the next transaction on the id
-// has a (producer id, epoch) of its own.
-func (s *sink) renewSlot(slot *txnSlot) error {
-	if slot.out != nil {
-		_ = slot.out.close()
-		slot.out = nil
-	}
+// has a (producer id, epoch) of its own. It touches only slot.client and
+// slot.id, so it may run on the renewal goroutine.
+func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 	p, err := sarama.NewAsyncProducerFromClient(slot.client)
 	if err != nil {
-		return s.errorf("start the transactional producer %q: %w%s", slot.id, err, txnHint(err))
+		return nil, s.errorf("start the transactional producer %q: %w%s", slot.id, err, txnHint(err))
 	}
-	slot.out = newOutput(p, true)
+	return newOutput(p, true), nil
+}
+
+// renew replaces the slot's producer after its transaction committed, on a
+// goroutine of its own: right after a commit the coordinator is still
+// writing the transaction's markers and answers the new producer's
+// InitProducerId with CONCURRENT_TRANSACTIONS until it is done, which the
+// task must not wait for. The slot is free again once settle took the new
+// producer.
+func (s *sink) renew(slot *txnSlot) {
+	old := slot.out
+	slot.out, slot.state = nil, slotRenewing
+	slot.renewed = make(chan renewal, 1)
+	go func() {
+		_ = old.close()
+		out, err := s.newProducer(slot)
+		slot.renewed <- renewal{out: out, err: err}
+	}()
+}
+
+// settle takes the new producer of a renewing slot when it is ready, or
+// waits for it when wait is set; it reports a failed renewal.
+func (s *sink) settle(ctx context.Context, slot *txnSlot, wait bool) error {
+	if slot.state != slotRenewing {
+		return nil
+	}
+	var r renewal
+	if wait {
+		select {
+		case r = <-slot.renewed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	} else {
+		select {
+		case r = <-slot.renewed:
+		default:
+			return nil
+		}
+	}
+	slot.renewed = nil
+	if r.err != nil {
+		return r.err
+	}
+	slot.out, slot.state = r.out, slotIdle
 	return nil
 }
 
@@ -213,17 +264,18 @@ func txnHint(err error) string {
 }
 
 // current returns the producer of the open transaction, beginning one on
-// the next free transactional id when none is open.
-func (p *txnPool) current() (*output, error) {
+// the next free transactional id when none is open; when the only free ids
+// are still renewing their producers, it waits for the first of them.
+func (p *txnPool) current(ctx context.Context) (*output, error) {
 	if p.cur != nil {
 		return p.cur, nil
 	}
 	n := len(p.slots)
-	for i := range n {
-		slot := p.slots[(p.next+i)%n]
-		if slot.state != slotIdle {
-			continue
-		}
+	slot, err := p.free(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if slot != nil {
 		if err := slot.out.p.BeginTxn(); err != nil {
 			return nil, p.s.errorf("begin a transaction on %q: %w", slot.id, err)
 		}
@@ -239,6 +291,35 @@ func (p *txnPool) current() (*output, error) {
 	return nil, p.s.errorf("%w: all %d transactional ids hold pre-committed transactions waiting for their checkpoints to complete: %s; "+
 		"the pool has checkpoint.max_concurrent + checkpoint.tolerable_failures + 2 ids, so checkpoints complete less often than that allows: check why they fail or are slow",
 		ErrNoFreeTransactionalID, n, strings.Join(ids, ", "))
+}
+
+// free returns the next idle slot, in pool order from p.next, taking the
+// producers of finished renewals; when none is idle it waits for a renewal
+// in progress. Nil when every slot holds a pre-committed transaction.
+func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
+	n := len(p.slots)
+	var renewing *txnSlot
+	for i := range n {
+		slot := p.slots[(p.next+i)%n]
+		if err := p.s.settle(ctx, slot, false); err != nil {
+			return nil, err
+		}
+		switch slot.state {
+		case slotIdle:
+			return slot, nil
+		case slotRenewing:
+			if renewing == nil {
+				renewing = slot
+			}
+		}
+	}
+	if renewing == nil {
+		return nil, nil
+	}
+	if err := p.s.settle(ctx, renewing, true); err != nil {
+		return nil, err
+	}
+	return renewing, nil
 }
 
 // preCommit ends the open transaction's part of checkpoint id (its records
@@ -282,10 +363,8 @@ func (p *txnPool) commitLive(ctx context.Context, c committable) (done bool, err
 	if err := slot.out.p.CommitTxn(); err != nil {
 		return true, p.s.commitFailed(ctx, c, err)
 	}
-	slot.state, slot.pending = slotIdle, committable{}
-	if err := p.s.renewSlot(slot); err != nil {
-		return true, err
-	}
+	slot.pending = committable{}
+	p.s.renew(slot)
 	return true, nil
 }
 
@@ -315,6 +394,10 @@ func (p *txnPool) close(ctx context.Context) {
 	}
 	p.open, p.cur = nil, nil
 	for _, slot := range p.slots {
+		if slot.state == slotRenewing {
+			r := <-slot.renewed // the renewal goroutine always delivers
+			slot.out, slot.renewed = r.out, nil
+		}
 		if slot.out != nil {
 			_ = slot.out.close()
 			slot.out = nil
