@@ -136,7 +136,9 @@ type (
 		Subtask  int      `json:"subtask"`
 		Type     string   `json:"type,omitempty"`
 		Position *decoded `json:"position,omitempty"`
-		Error    string   `json:"error,omitempty"`
+		// Watermark is an event-time source's watermark at the barrier.
+		Watermark *int64 `json:"watermark,omitempty"`
+		Error     string `json:"error,omitempty"`
 	}
 	inspectSink struct {
 		ID           string    `json:"id"`
@@ -375,6 +377,22 @@ func (o *stateOptions) read(target inspectTarget, keys map[string]bool) (*inspec
 				s.Position = &d
 			}
 			out.Sources = append(out.Sources, s)
+		case pipeline.PartWatermark:
+			var wm int64
+			if err == nil {
+				wm, err = pipeline.DecodeWatermark(blob)
+			}
+			i := slices.IndexFunc(out.Sources, func(s inspectSource) bool { return s.ID == r.id && s.Subtask == r.sub })
+			if i < 0 {
+				out.Sources = append(out.Sources, inspectSource{ID: r.id, Subtask: r.sub, Type: target.sourceType(r.id)})
+				i = len(out.Sources) - 1
+			}
+			if err != nil {
+				out.Sources[i].Error = err.Error()
+				failed = append(failed, r.name)
+			} else {
+				out.Sources[i].Watermark = &wm
+			}
 		case pipeline.PartSink:
 			s := inspectSink{ID: r.id, Subtask: r.sub, Type: target.sinkType(r.id), Committables: []decoded{}}
 			var cs [][]byte

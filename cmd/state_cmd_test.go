@@ -301,6 +301,10 @@ func TestStateInspectWindows(t *testing.T) {
 
 				require.Len(t, out.Sources, 1)
 				src := out.Sources[0]
+				// The watermark after the last reading (ts 24000, bound 0).
+				require.NotNil(t, src.Watermark)
+				require.Equal(t, int64(24000-1), *src.Watermark)
+				src.Watermark = nil
 				require.Equal(t, inspectSource{ID: "readings", Subtask: 0, Type: "file", Position: &decoded{Encoding: "file", Value: []any{
 					// Read to the end: 8 lines, the next is line 9.
 					map[string]any{"file": f.input, "offset": float64(inputSize), "line": float64(9)},

@@ -103,13 +103,17 @@ sinks:
 		_ = job.Wait()
 	}()
 
+	// Each aborted checkpoint lets the moving input's records behind its
+	// barrier through, until the next barrier holds it again. The count at
+	// the first failure may already include the first release (the abort
+	// races the log line), so look three aborts later.
 	first := <-failed.ids
 	before := fromMoving()
 	for id := range failed.ids {
-		if id > first {
+		if id >= first+3 {
 			break
 		}
 	}
 	require.Greater(t, fromMoving(), before,
-		"records of the moving input after checkpoint %d's barrier must flow once it is aborted", first)
+		"records of the moving input behind the barriers of aborted checkpoints must flow")
 }

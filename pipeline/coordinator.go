@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,6 +117,7 @@ func SavepointFileName(id int64, t time.Time) string {
 func sourcePart(id string, sub int) string { return "src/" + id + "/" + strconv.Itoa(sub) }
 func statePart(id string, sub int) string  { return "op/" + id + "/" + strconv.Itoa(sub) }
 func sinkPart(id string, sub int) string   { return "sink/" + id + "/" + strconv.Itoa(sub) }
+func wmPart(id string, sub int) string     { return "wm/" + id + "/" + strconv.Itoa(sub) }
 
 // parsePart splits a part name into kind, id and subtask.
 func parsePart(part string) (kind, id string, sub int, ok bool) {
@@ -396,6 +398,9 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	for id, com := range a.Committables {
 		parts[sinkPart(id, a.Subtask)] = com
+	}
+	for id, wm := range a.Watermarks {
+		parts[wmPart(id, a.Subtask)] = binary.BigEndian.AppendUint64(nil, uint64(wm))
 	}
 	f.writing++
 	go func() {

@@ -1,6 +1,9 @@
 package pipeline
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Read-only access to what the runtime writes into a checkpoint, for tools
 // that show a checkpoint without running the pipeline (`eddy state
@@ -8,12 +11,23 @@ import "fmt"
 
 // The kinds of checkpoint part: a source subtask's position, a step
 // subtask's keyed state (the blob stream of statestore's Snapshot.WriteTo),
-// and a two-phase-commit sink subtask's committables.
+// a two-phase-commit sink subtask's committables, and an event-time source
+// subtask's watermark.
 const (
-	PartSource = "src"
-	PartState  = "op"
-	PartSink   = "sink"
+	PartSource    = "src"
+	PartState     = "op"
+	PartSink      = "sink"
+	PartWatermark = "wm"
 )
+
+// DecodeWatermark decodes a PartWatermark blob: the source subtask's
+// watermark at the barrier, epoch ms.
+func DecodeWatermark(b []byte) (int64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("a watermark part has 8 bytes, not %d", len(b))
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
 
 // ParsePart splits a checkpoint part name, "<kind>/<id>/<subtask>" with kind
 // PartSource, PartState or PartSink, into its fields. ok is false for any
@@ -25,7 +39,7 @@ func ParsePart(name string) (kind, id string, subtask int, ok bool) {
 		return "", "", 0, false
 	}
 	switch kind {
-	case PartSource, PartState, PartSink:
+	case PartSource, PartState, PartSink, PartWatermark:
 		return kind, id, subtask, true
 	}
 	return "", "", 0, false

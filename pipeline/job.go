@@ -47,6 +47,10 @@ type Ack struct {
 	Subtask    int
 	// Positions holds each source's position at the barrier, by source id.
 	Positions map[string][]byte
+	// Watermarks holds each event-time source's watermark at the barrier,
+	// by source id: a restore starts from it, so that what was late stays
+	// late and a window that fired does not fire again.
+	Watermarks map[string]int64
 	// States holds the keyed-state snapshots of the chain's stateful steps,
 	// by step id, captured at the barrier and encoded later.
 	States map[string]statestore.Snapshot

@@ -202,6 +202,46 @@ func (s *stage) sourceContext() (*SourceContext, error) {
 	return sc, nil
 }
 
+// restoredWatermark returns the source's watermark in the restored
+// checkpoint: its subtask's, or, when the parallelism changed, the smallest
+// of all (a subtask may now read what a slower one read before).
+func (s *stage) restoredWatermark() (wm int64, ok bool, err error) {
+	parts, err := restoredParts(s.restore, "wm", s.node.ID)
+	if err != nil || len(parts) == 0 {
+		return 0, false, err
+	}
+	decode := func(sub int, b []byte) (int64, error) {
+		if len(b) != 8 {
+			return 0, fmt.Errorf("watermark of source %q subtask %d in checkpoint %d: %d bytes, not 8", s.node.ID, sub, s.restore.ID(), len(b))
+		}
+		return int64(binary.BigEndian.Uint64(b)), nil
+	}
+	srcParts, err := restoredParts(s.restore, "src", s.node.ID)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(srcParts) == s.info.Parallelism {
+		b, have := parts[s.info.Subtask]
+		if !have {
+			return 0, false, nil
+		}
+		wm, err := decode(s.info.Subtask, b)
+		return wm, err == nil, err
+	}
+	if len(parts) < len(srcParts) {
+		return 0, false, nil // a subtask had no watermark yet: no lower bound
+	}
+	wm = MaxWatermark
+	for sub, b := range parts {
+		w, err := decode(sub, b)
+		if err != nil {
+			return 0, false, err
+		}
+		wm = min(wm, w)
+	}
+	return wm, true, nil
+}
+
 // committables returns the restored committables this sink subtask commits:
 // those of the old subtasks i with i mod parallelism == this subtask.
 func (s *stage) committables() ([][]byte, error) {

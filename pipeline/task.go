@@ -236,6 +236,9 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
 	if t.head.src != nil {
 		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
+		if t.wmGen != nil && t.wmGen.emitted != MinWatermark {
+			ack.Watermarks = map[string]int64{t.head.node.ID: t.wmGen.emitted}
+		}
 		if _, ok := t.head.src.(SourceCheckpointListener); ok {
 			if t.srcPositions == nil {
 				t.srcPositions = map[int64][]byte{}
@@ -506,6 +509,17 @@ func (t *task) runSource(ctx context.Context) error {
 		t.wmGen = newWatermarks(src.Watermark)
 		for _, s := range t.srcSplits {
 			t.wmGen.declare(s)
+		}
+		// Start where the checkpoint's watermark was: downstream, the
+		// windows it fired are gone from the restored state, and records
+		// at or below it are late, as they were before the restore.
+		if wm, ok, err := t.head.restoredWatermark(); err != nil {
+			return err
+		} else if ok && wm != MaxWatermark {
+			t.wmGen.emitted = wm
+			if err := t.advance(wm); err != nil {
+				return err
+			}
 		}
 		if iv := src.Watermark.Interval.D(); iv > 0 {
 			ticker := time.NewTicker(iv)
