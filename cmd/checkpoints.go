@@ -74,13 +74,13 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, 
 	}
 	switch {
 	case o.fromSavepoint != "":
-		restore, err = statestore.OpenSavepoint(o.fromSavepoint)
+		var spID int64
+		restore, spID, next, err = importSavepoint(ctx, store, o.fromSavepoint, max(next, 1))
 		if err != nil {
 			_ = store.Close(ctx)
-			return nil, nil, 0, fmt.Errorf("open savepoint %s: %w", o.fromSavepoint, err)
+			return nil, nil, 0, err
 		}
-		next = max(next, restore.ID()+1)
-		logger.Info("restoring from savepoint", "path", o.fromSavepoint, "checkpoint", restore.ID())
+		logger.Info("restoring from savepoint", "path", o.fromSavepoint, "checkpoint", spID, "imported_as", restore.ID())
 	default:
 		restore, err = store.Latest(ctx)
 		switch {
@@ -97,6 +97,48 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, 
 		logger.Warn("the pipeline file changed since the checkpoint was taken; state is matched by step id", "checkpoint", restore.ID())
 	}
 	return store, restore, next, nil
+}
+
+// importSavepoint copies the savepoint at path into the store as a
+// completed checkpoint with an id after every other (next, or the
+// savepoint's id + 1 if larger) and returns it, read back from the store,
+// the savepoint's own id, and the id after the copy. The run restores from that copy: if it crashes
+// before its first checkpoint, a plain restart restores the savepoint
+// again, not an older checkpoint of the store.
+func importSavepoint(ctx context.Context, store *statestore.CheckpointStore, path string, next int64) (restore *statestore.Checkpoint, spID, after int64, err error) {
+	sp, err := statestore.OpenSavepoint(path)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("open savepoint %s: %w", path, err)
+	}
+	defer func() { _ = sp.Close() }()
+	id := max(next, sp.ID()+1)
+	meta := sp.Meta()
+	p, err := store.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time, Committables: meta.Committables})
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("import savepoint %s as checkpoint %d: %w", path, id, err)
+	}
+	for _, part := range sp.Parts() {
+		b, err := sp.Get(part.Name)
+		if err == nil {
+			err = p.Put(part.Name, b)
+		}
+		if err != nil {
+			_ = p.Abort()
+			return nil, 0, 0, fmt.Errorf("import savepoint %s: part %s: %w", path, part.Name, err)
+		}
+	}
+	if err := p.Complete(ctx); err != nil {
+		return nil, 0, 0, fmt.Errorf("import savepoint %s as checkpoint %d: %w", path, id, err)
+	}
+	restore, err = store.Latest(ctx)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read back savepoint %s imported as checkpoint %d: %w", path, id, err)
+	}
+	if restore.ID() != id {
+		_ = restore.Close()
+		return nil, 0, 0, fmt.Errorf("savepoint %s imported as checkpoint %d, but the newest valid checkpoint is %d", path, id, restore.ID())
+	}
+	return restore, sp.ID(), id + 1, nil
 }
 
 // discardCheckpoints removes the checkpoint store of dir, after the user

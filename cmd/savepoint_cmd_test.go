@@ -295,14 +295,15 @@ func TestSavepointCommand(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "no running eddy of pipeline")
 
-	// The restored run starts from the final savepoint, then is stopped
-	// the same way: ids go on after it.
+	// The restored run starts from the final savepoint (3), imported into
+	// its store as checkpoint 4, then is stopped the same way: ids go on
+	// after it.
 	state2 := t.TempDir()
 	run = runInBackground(t, "run", "--log-level", "info", "--state-dir", state2, "--from-savepoint", final, f.file)
 	run.waitForFile(t, filepath.Join(state2, "sp-cmd", adminAddrFile))
 	r = execute(t, nil, "savepoint", "trigger", "--stop", "--state-dir", state2, f.file)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Regexp(t, `/savepoint-4-\S+\.db\n$`, r.stdout)
+	require.Regexp(t, `/savepoint-5-\S+\.db\n$`, r.stdout)
 	require.Equal(t, 0, run.wait(t), run.stderr.String())
 	require.Contains(t, run.stderr.String(), `msg="restoring from savepoint"`)
 }

@@ -440,6 +440,7 @@ type logEntry struct {
 	Reason     string `json:"reason"`
 	Err        string `json:"err"`
 	Path       string `json:"path"`
+	ImportedAs *int64 `json:"imported_as"`
 }
 
 func newLogWatch() *logWatch { return &logWatch{completed: make(chan int64, 4096)} }
@@ -1059,6 +1060,75 @@ func TestCrashSavepointExport(t *testing.T) {
 
 // summaryOrStartFailure returns the errors of a run's json log: the err of
 // "cannot start" and of the final summary, and the warnings' reasons.
+// A run restored with --from-savepoint imports the savepoint into its store
+// as the newest checkpoint: killed before its first checkpoint, a plain
+// restart restores the savepoint again, not the store's newer checkpoint of
+// before, and the output is that of an uninterrupted run from the
+// savepoint.
+func TestCrashFromSavepointBeforeFirstCheckpoint(t *testing.T) {
+	n := 20_000
+	if testing.Short() {
+		n = 12_000
+	}
+	work := crashWorkDir(t)
+	envFor := func(state, out string) map[string]string {
+		return map[string]string{
+			"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": filepath.Join(work, state),
+			"CRASH_MODE": "exactly_once", "CRASH_IN": work, "CRASH_OUT": filepath.Join(work, out),
+			"CRASH_COUNT": strconv.Itoa(n), "CRASH_RATE": "10000",
+		}
+	}
+	file := mustAbs(t, "testdata/crash/dedupe.yaml")
+	env := envFor("state", "out-first")
+	p := startEddy(t, work, env, "run", file)
+	p.killAt(4, 0)
+	require.True(t, p.wait(t).killed, "the run ended early; stderr:\n%s", p.log.text())
+	ids := completedCheckpoints(t, filepath.Join(work, "state", "crash-dedupe", statestore.CheckpointFileName))
+	require.GreaterOrEqual(t, len(ids), 2)
+	oldest, newest := ids[len(ids)-1], ids[0]
+
+	// The savepoint is the oldest retained checkpoint: older than the
+	// store's newest.
+	sp := filepath.Join(work, "savepoint.db")
+	r := eddy(t, work, env, "checkpoints", "export", file, strconv.FormatInt(oldest, 10), sp)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	// What an uninterrupted run from the savepoint commits.
+	refEnv := envFor("ref-state", "out-ref")
+	r = eddy(t, work, refEnv, "run", "--from-savepoint", sp, file)
+	require.Equal(t, 0, r.code, r.stderr)
+	ref := committedLines(t, refEnv["CRASH_OUT"])
+	require.NotEmpty(t, ref)
+
+	// Into the first run's store, killed as soon as it restored: before
+	// its first checkpoint. Then a plain restart.
+	env = envFor("state", "out")
+	p = startEddy(t, work, env, "run", "--from-savepoint", sp, file)
+	var restored []logEntry
+	for len(restored) == 0 {
+		select {
+		case <-p.done:
+			require.FailNow(t, "the run ended before it restored", p.log.text())
+		case <-time.After(time.Millisecond):
+		}
+		restored = p.log.find("restoring from savepoint")
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	p.wait(t)
+	require.Equal(t, oldest, *restored[0].Checkpoint)
+	require.NotNil(t, restored[0].ImportedAs)
+	imported := *restored[0].ImportedAs
+	require.Greater(t, imported, newest, "the savepoint is imported after every checkpoint of the store")
+
+	p = startEddy(t, work, env, "run", file)
+	require.Equal(t, procResult{}, p.wait(t), "stderr:\n%s", p.log.text())
+	id, fresh := p.log.restore()
+	require.False(t, fresh)
+	require.GreaterOrEqual(t, id, imported, "the restart restores the imported savepoint (or a checkpoint after it), not checkpoint %d", newest)
+	requireSameLines(t, ref, committedLines(t, env["CRASH_OUT"]), "savepoint restore killed and restarted vs uninterrupted")
+	requireNoHiddenParts(t, env["CRASH_OUT"])
+}
+
 func summaryOrStartFailure(t *testing.T, stderr string) string {
 	t.Helper()
 	var b strings.Builder
