@@ -143,24 +143,23 @@ func TestCrashRecovery(t *testing.T) {
 			})
 		}
 	}
-	// Caches smaller than the keys of a subtask (1000 ids for dedupe, 13
-	// keys for window): the runs evict, flush and load keys between
-	// checkpoints.
-	cache := map[string]int{"window": 12, "dedupe": 8}
+	// The same with the bbolt backend, with caches smaller than the keys of
+	// a subtask (1000 ids for dedupe, 13 keys for window, the aggregate's
+	// groups): the runs evict, flush and load keys between checkpoints.
+	cache := map[string]int{"window": 12, "dedupe": 8, "aggregate": 4}
 	for si, sc := range crashScenarios() {
-		if cache[sc.name] == 0 {
-			continue
-		}
 		sc.state = fmt.Sprintf("state:\n  backend: bbolt\n  cache_entries: %d\n", cache[sc.name])
-		t.Run(sc.name+"/exactly_once/bbolt", func(t *testing.T) {
-			t.Parallel()
-			n := sc.records
-			if testing.Short() {
-				n = sc.shortRecords
-			}
-			rng := rand.New(rand.NewPCG(seed, uint64(100+si)))
-			runCrashScenario(t, sc, "exactly_once", n, kills, rng)
-		})
+		for mi, mode := range []string{"exactly_once", "at_least_once"} {
+			t.Run(sc.name+"/"+mode+"/bbolt", func(t *testing.T) {
+				t.Parallel()
+				n := sc.records
+				if testing.Short() {
+					n = sc.shortRecords
+				}
+				rng := rand.New(rand.NewPCG(seed, uint64(100+si*2+mi)))
+				runCrashScenario(t, sc, mode, n, kills, rng)
+			})
+		}
 	}
 }
 
