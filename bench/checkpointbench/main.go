@@ -1,0 +1,734 @@
+// Command checkpointbench measures what checkpoints cost a keyed windowed
+// pipeline whose live keyed state is about 1 GiB, for each state backend
+// (memory, bbolt), against the same pipeline without checkpoints, run
+// alternately in the same command (the machine is noisy: compare ratios).
+//
+//	go run ./bench/checkpointbench                   # defaults: 1 GiB, 3 rounds of 30s
+//	go run ./bench/checkpointbench -state-mb 128 -duration 10s -runs 1
+//
+// The pipeline (generated, in-process through pipeline.Start): an
+// unbounded generator of records {id: i % keys, v, ts: i / 1000, payload:
+// -value-bytes distinct per record (the counter and a constant filler)} ->
+// key_by id, a 24h tumbling window aggregating n: count(), avg_v: avg(v),
+// last: last(payload) -> blackhole. Every key thus holds one open window
+// whose accumulator keeps the latest full payload ("count, average and
+// latest reading per device and day"): keys = state-mb / (value-bytes + ~70
+// bytes of entry overhead), and the state stays at its size once every key
+// was seen. Keys are visited round-robin, so every key is written between
+// two checkpoints (the worst case for the memory backend's copy-on-write
+// and for the bbolt cache).
+//
+// Each run: start, warm up until every key has state, then measure for
+// -duration the records/s that reach the window step, then cancel the job
+// (no final checkpoint, no window firing). Per backend the runs alternate
+// none, interval 10s, interval 1s (-intervals), -runs times; the best
+// throughput of each is reported with the loss against none.
+//
+// Checkpoints are written to the real bbolt checkpoint store in a temporary
+// directory (-dir). The store and the acks are instrumented: for every
+// checkpoint triggered inside a measurement window (the run goes on,
+// unmeasured, until those completed), the duration from the trigger to
+// Complete returning (the coordinator's "checkpoint complete" duration),
+// split into align+sync (trigger to the last task's ack: barrier travel,
+// alignment, the synchronous snapshot), encode (a window subtask's ack to
+// the Put of its state part: WriteTo on a goroutine of the coordinator's),
+// write (the Put: a bbolt commit with fsync) and complete (the metadata
+// transaction and retention); "async" is the share after the last ack.
+// Size is the sum of the state parts: the encoded snapshot. With few
+// checkpoints, p99 is the maximum (nearest rank).
+//
+// Restore, after the last run with checkpoints of each backend: open the
+// store, Latest (reads and checks every byte of the newest checkpoint),
+// then pipeline.Start with it until every window subtask has processed its
+// first record (each subtask reads its part, splits its key groups and
+// restores them into its backend: decoded into Go maps, or written into
+// the bbolt live file; the source seeks to its position).
+//
+// Memory: the memory backend with 1 GiB of state needs about 5 GiB without
+// checkpoints and peaked at 13-22 GiB with them (snapshot buffers and the
+// frozen copy double the heap); -memlimit (default 8 GiB) caps the Go heap
+// softly so that the benchmark fits a shared machine, at the price of more
+// GC while a checkpoint is written. -memlimit 0 measures without it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/eddy-stream/eddy/connectors/all" // generator, blackhole
+	_ "github.com/eddy-stream/eddy/operators"      // key_by windows
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+var (
+	stateMB      = flag.Int("state-mb", 1024, "target size of the keyed state (encoded snapshot), MiB")
+	valueBytes   = flag.Int("value-bytes", 1024, "bytes of the payload each key keeps")
+	duration     = flag.Duration("duration", 30*time.Second, "measured steady phase of each run")
+	runs         = flag.Int("runs", 3, "rounds of (none, each interval) per backend; the best is reported")
+	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated")
+	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated")
+	parallelism  = flag.Int("parallelism", 1, "parallelism of the window step (the generator runs at 1)")
+	cacheEntries = flag.Int("cache-entries", 0, "bbolt backend: state.cache_entries (0: its default)")
+	dirFlag      = flag.String("dir", "", "parent of the temporary state dirs (default: the system's temporary directory)")
+	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
+	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
+	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
+	memLimit     = flag.Int("memlimit", 8192, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: none (or GOMEMLIMIT's)")
+	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
+)
+
+// fatalf reports a failure and exits.
+var fatalf = log.Fatalf
+
+const (
+	stepID = "per_key"
+	// entryOverhead estimates the encoded bytes of a key's entry besides
+	// its payload (key, namespace, accumulators, framing).
+	entryOverhead = 70
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if *stateMB <= 0 || *valueBytes <= 0 || *runs <= 0 || *parallelism <= 0 || *duration <= 0 {
+		log.Fatal("-state-mb, -value-bytes, -runs, -parallelism and -duration must be positive")
+	}
+	keys := max(1, *stateMB<<20/(*valueBytes+entryOverhead))
+	if *memLimit > 0 {
+		debug.SetMemoryLimit(int64(*memLimit) << 20)
+	}
+	if *blockProfile != "" {
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+	}
+	var intervals []time.Duration
+	for _, s := range strings.Split(*intervalFlag, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d <= 0 {
+			log.Fatalf("-intervals: %q is not a positive duration", s)
+		}
+		intervals = append(intervals, d)
+	}
+	modes := []mode{{name: "none"}}
+	for _, d := range intervals {
+		modes = append(modes, mode{name: d.String(), interval: d})
+	}
+	parent, err := os.MkdirTemp(*dirFlag, "checkpointbench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(parent)
+	// A failed run leaves gigabytes of state behind: remove them first.
+	fatalf = func(format string, args ...any) {
+		_ = os.RemoveAll(parent)
+		log.Fatalf(format, args...)
+	}
+
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	fmt.Printf("state target %d MiB: %d keys x %d-byte payload, window parallelism %d, %d cores, GOMAXPROCS %d\n",
+		*stateMB, keys, *valueBytes, *parallelism, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	limit := "none"
+	if l := debug.SetMemoryLimit(-1); l < 1<<62 {
+		limit = mib(l)
+	}
+	fmt.Printf("checkpoints: exactly_once, max_concurrent 1, retain 2, to bbolt on disk; Go memory limit %s\n", limit)
+	fmt.Printf("each run: warm-up until every key has state, then %s measured; %d round(s) of %s per backend\n\n",
+		*duration, *runs, strings.Join(modeNames(modes), ", "))
+	begin := time.Now()
+	for _, backend := range strings.Split(*backendsFlag, ",") {
+		backend = strings.TrimSpace(backend)
+		b := &bench{backend: backend, keys: keys, parent: parent, logger: logger}
+		res := map[string][]runResult{}
+		// lastDir keeps the state dir of the last run with checkpoints,
+		// for the restore.
+		lastDir := ""
+		for r := 1; r <= *runs; r++ {
+			for _, m := range modes {
+				rr, err := b.run(m, r, r == *runs)
+				if err != nil {
+					fatalf("%s %s run %d: %v", backend, m.name, r, err)
+				}
+				fmt.Println(rr.line(backend, m.name, r))
+				res[m.name] = append(res[m.name], rr)
+				if m.interval > 0 {
+					if lastDir != "" {
+						_ = os.RemoveAll(lastDir)
+					}
+					lastDir = rr.dir
+				} else {
+					_ = os.RemoveAll(rr.dir)
+				}
+				freeMemory()
+			}
+		}
+		rep := summary(backend, modes, res)
+		if *restoreFlag && lastDir != "" {
+			rs, err := b.restore(lastDir)
+			if err != nil {
+				fatalf("%s restore: %v", backend, err)
+			}
+			rep += rs
+		}
+		if lastDir != "" {
+			_ = os.RemoveAll(lastDir)
+		}
+		freeMemory()
+		fmt.Println()
+		fmt.Print(rep)
+		fmt.Println()
+	}
+	fmt.Printf("total time %s\n", time.Since(begin).Round(time.Second))
+}
+
+type mode struct {
+	name     string
+	interval time.Duration // 0: no checkpoint block
+}
+
+func modeNames(ms []mode) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+func freeMemory() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
+// spec is the pipeline of the benchmark for a backend and a checkpoint
+// interval (0: none).
+func spec(backend string, keys int, interval time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: 1\nname: checkpoint-bench\nparallelism: %d\n", *parallelism)
+	if interval > 0 {
+		fmt.Fprintf(&b, "checkpoint:\n  interval: %s\n  timeout: 30m\n  tolerable_failures: 1000\n  retain: 2\n", interval)
+	}
+	fmt.Fprintf(&b, "state:\n  backend: %s\n", backend)
+	if *cacheEntries > 0 {
+		fmt.Fprintf(&b, "  cache_entries: %d\n", *cacheEntries)
+	}
+	fmt.Fprintf(&b, `sources:
+  - id: gen
+    type: generator
+    parallelism: 1
+    fields:
+      id: i %% %d
+      v: i %% 100
+      ts: i / 1000
+      payload: string(i) + "%s"
+    event_time: ts
+steps:
+  - id: %s
+    key_by: id
+    window: {type: tumbling, size: 24h}
+    aggregate:
+      n: count()
+      avg_v: avg(v)
+      last: last(payload)
+sinks:
+  - id: out
+    type: blackhole
+`, keys, strings.Repeat("x", max(0, *valueBytes-8)), stepID)
+	return b.String()
+}
+
+type bench struct {
+	backend string
+	keys    int
+	parent  string
+	logger  *slog.Logger
+}
+
+// runResult is one run's measurement.
+type runResult struct {
+	dir         string
+	warmup      time.Duration
+	rate        float64 // records/s in the measured window
+	checkpoints []ckpt  // completed inside the window
+	failed      int
+	peakMem     uint64
+}
+
+func (r runResult) line(backend, mode string, round int) string {
+	s := fmt.Sprintf("%-6s %-4s run %d: warm-up %6s, %9.0f records/s", backend, mode, round, r.warmup.Round(100*time.Millisecond), r.rate)
+	if len(r.checkpoints) > 0 {
+		var ds []time.Duration
+		var size int64
+		for _, c := range r.checkpoints {
+			ds = append(ds, c.total())
+			size = max(size, c.stateBytes)
+		}
+		slices.Sort(ds)
+		s += fmt.Sprintf(", %d checkpoints in window (max %s, %s)", len(ds), ds[len(ds)-1].Round(time.Millisecond), mib(size))
+	}
+	if r.failed > 0 {
+		s += fmt.Sprintf(", %d FAILED", r.failed)
+	}
+	return s + fmt.Sprintf(", Go memory peak %s", mib(int64(r.peakMem)))
+}
+
+// run runs the pipeline once with mode m and measures it. profile: write
+// the profiles asked for (the last round's).
+func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) {
+	dir, err := os.MkdirTemp(b.parent, fmt.Sprintf("%s-%s-%d-", b.backend, m.name, round))
+	if err != nil {
+		return res, err
+	}
+	res.dir = dir
+	plan, err := compile(spec(b.backend, b.keys, m.interval))
+	if err != nil {
+		return res, err
+	}
+	rec := newRecorder()
+	mets := pipeline.NewMetrics()
+	opts := pipeline.JobOptions{Logger: b.logger, Metrics: mets, StateDir: dir}
+	var store *statestore.CheckpointStore
+	if m.interval > 0 {
+		store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: 2, Logger: b.logger})
+		if err != nil {
+			return res, err
+		}
+		defer func() { _ = store.Close(context.Background()) }()
+		opts.Store = recStore{inner: pipeline.BoltCheckpoints(store), rec: rec}
+		opts.OnAck = rec.onAck
+	}
+	in := windowIn(mets, *parallelism)
+	start := time.Now()
+	job, err := pipeline.Start(context.Background(), plan, opts)
+	if err != nil {
+		return res, err
+	}
+	mem := startMemSampler()
+	defer func() { res.peakMem = mem.stop() }()
+	// Warm up until every key has state.
+	for in() < float64(b.keys) {
+		select {
+		case <-job.Done():
+			return res, fmt.Errorf("the job ended during the warm-up: %v", job.Wait())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t0, c0 := time.Now(), in()
+	res.warmup = t0.Sub(start)
+	var prof *os.File
+	if profile && *cpuProfile != "" {
+		if prof, err = os.Create(fmt.Sprintf("%s-%s-%s.pprof", *cpuProfile, b.backend, m.name)); err != nil {
+			return res, err
+		}
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return res, err
+		}
+	}
+	select {
+	case <-job.Done():
+		return res, fmt.Errorf("the job ended: %v", job.Wait())
+	case <-time.After(*duration):
+	}
+	t1, c1 := time.Now(), in()
+	if prof != nil {
+		pprof.StopCPUProfile()
+		_ = prof.Close()
+	}
+	if profile && *blockProfile != "" {
+		if err := writeProfile("block", fmt.Sprintf("%s-%s-%s.pprof", *blockProfile, b.backend, m.name)); err != nil {
+			return res, err
+		}
+	}
+	res.rate = (c1 - c0) / t1.Sub(t0).Seconds()
+	// Let the checkpoints triggered in the window complete (not measured).
+	for deadline := time.Now().Add(10 * time.Minute); rec.inFlight(t1) && time.Now().Before(deadline); {
+		select {
+		case <-job.Done():
+			return res, fmt.Errorf("the job ended: %v", job.Wait())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	job.Cancel()
+	if err := job.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	res.checkpoints, res.failed = rec.within(t0, t1)
+	return res, nil
+}
+
+// restore measures a restore from the newest checkpoint in dir.
+func (b *bench) restore(dir string) (string, error) {
+	plan, err := compile(spec(b.backend, b.keys, time.Hour)) // no checkpoint during the restore
+	if err != nil {
+		return "", err
+	}
+	freeMemory()
+	ctx := context.Background()
+	t0 := time.Now()
+	store, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: 2, Logger: b.logger})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = store.Close(ctx) }()
+	t1 := time.Now()
+	cp, err := store.Latest(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = cp.Close() }()
+	t2 := time.Now()
+	var next int64
+	list, err := store.List()
+	if err != nil {
+		return "", err
+	}
+	for _, c := range list {
+		next = max(next, c.ID+1)
+	}
+	mets := pipeline.NewMetrics()
+	opts := pipeline.JobOptions{Logger: b.logger, Metrics: mets, StateDir: dir, Store: pipeline.BoltCheckpoints(store),
+		Restore: pipeline.RestoredFrom(cp), FirstCheckpointID: next}
+	started := make([]func() float64, *parallelism)
+	for i := range started {
+		started[i] = windowIn(mets, 1, i)
+	}
+	if *cpuProfile != "" {
+		prof, err := os.Create(fmt.Sprintf("%s-%s-restore.pprof", *cpuProfile, b.backend))
+		if err != nil {
+			return "", err
+		}
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return "", err
+		}
+		defer prof.Close()
+	}
+	job, err := pipeline.Start(ctx, plan, opts)
+	if err != nil {
+		return "", err
+	}
+	for slices.ContainsFunc(started, func(f func() float64) bool { return f() == 0 }) {
+		select {
+		case <-job.Done():
+			return "", fmt.Errorf("the restored job ended: %v", job.Wait())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	t3 := time.Now()
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	job.Cancel()
+	if err := job.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return "", err
+	}
+	var state int64
+	for _, p := range cp.Parts() {
+		if strings.HasPrefix(p.Name, "op/") {
+			state += p.Size
+		}
+	}
+	return fmt.Sprintf("restore of checkpoint %d (%s of keyed state, %s in all): %s = open store %s + verify (Latest) %s + start to first record %s\n",
+		cp.ID(), mib(state), mib(cp.Size()), t3.Sub(t0).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond),
+		t2.Sub(t1).Round(time.Millisecond), t3.Sub(t2).Round(time.Millisecond)), nil
+}
+
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func compile(yaml string) (*pipeline.Plan, error) {
+	spec, err := pipeline.Load(pipeline.Default, "checkpointbench.yaml", []byte(yaml))
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.Compile(spec)
+}
+
+// windowIn returns a function that sums the records received by the
+// window step's subtasks (all of them, or those listed).
+func windowIn(m *pipeline.Metrics, par int, only ...int) func() float64 {
+	subs := only
+	if len(subs) == 0 {
+		for i := range par {
+			subs = append(subs, i)
+		}
+	}
+	counters := make([]func() float64, 0, len(subs))
+	for _, s := range subs {
+		c := m.RecordsIn(pipeline.SubtaskInfo{ID: stepID, Subtask: s})
+		counters = append(counters, func() float64 { return pipeline.CounterValue(c) })
+	}
+	return func() float64 {
+		var n float64
+		for _, c := range counters {
+			n += c()
+		}
+		return n
+	}
+}
+
+// memSampler records the peak of the memory the Go runtime holds from the
+// system (mapped, less what it released): about its resident size.
+type memSampler struct {
+	stopc chan struct{}
+	done  chan uint64
+}
+
+func startMemSampler() *memSampler {
+	s := &memSampler{stopc: make(chan struct{}), done: make(chan uint64)}
+	go func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		var peak uint64
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(sample)
+			peak = max(peak, sample[0].Value.Uint64()-sample[1].Value.Uint64())
+			select {
+			case <-s.stopc:
+				s.done <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *memSampler) stop() uint64 {
+	close(s.stopc)
+	return <-s.done
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
+// ckpt is what the instrumented store and acks saw of one checkpoint.
+type ckpt struct {
+	id         int64
+	begin      time.Time // trigger (Begin)
+	lastAck    time.Time // the last task's ack: every synchronous part done
+	stateAck   map[string]time.Time
+	encode     time.Duration // summed over state parts: ack -> Put call
+	write      time.Duration // summed over state parts: Put
+	stateBytes int64
+	completeAt time.Time // Complete called
+	done       time.Time // Complete returned nil
+	failed     bool
+}
+
+func (c *ckpt) total() time.Duration { return c.done.Sub(c.begin) }
+
+// recorder collects ckpts; its methods run on task goroutines, the
+// coordinator's and its writers'.
+type recorder struct {
+	mu sync.Mutex
+	m  map[int64]*ckpt
+}
+
+func newRecorder() *recorder { return &recorder{m: map[int64]*ckpt{}} }
+
+func (r *recorder) get(id int64) *ckpt {
+	c := r.m[id]
+	if c == nil {
+		c = &ckpt{id: id, stateAck: map[string]time.Time{}}
+		r.m[id] = c
+	}
+	return c
+}
+
+func (r *recorder) onAck(a pipeline.Ack) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.get(a.Checkpoint)
+	if now.After(c.lastAck) {
+		c.lastAck = now
+	}
+	for id := range a.States {
+		c.stateAck[fmt.Sprintf("op/%s/%d", id, a.Subtask)] = now
+	}
+}
+
+// inFlight reports whether a checkpoint triggered before t is neither
+// complete nor failed.
+func (r *recorder) inFlight(t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.m {
+		if !c.begin.IsZero() && c.begin.Before(t) && c.done.IsZero() && !c.failed {
+			return true
+		}
+	}
+	return false
+}
+
+// within returns the checkpoints triggered in [t0, t1) that completed,
+// and how many of them failed.
+func (r *recorder) within(t0, t1 time.Time) ([]ckpt, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ckpt
+	failed := 0
+	for _, c := range r.m {
+		if c.begin.Before(t0) || !c.begin.Before(t1) {
+			continue
+		}
+		switch {
+		case c.failed:
+			failed++
+		case !c.done.IsZero():
+			out = append(out, *c)
+		}
+	}
+	slices.SortFunc(out, func(a, b ckpt) int { return int(a.id - b.id) })
+	return out, failed
+}
+
+// recStore wraps the checkpoint store to time each checkpoint's steps.
+type recStore struct {
+	inner pipeline.CheckpointStore
+	rec   *recorder
+}
+
+func (s recStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+	now := time.Now()
+	p, err := s.inner.Begin(id, meta)
+	if err != nil {
+		return nil, err
+	}
+	s.rec.mu.Lock()
+	s.rec.get(id).begin = now
+	s.rec.mu.Unlock()
+	return recPending{inner: p, id: id, rec: s.rec}, nil
+}
+
+type recPending struct {
+	inner pipeline.PendingCheckpoint
+	id    int64
+	rec   *recorder
+}
+
+func (p recPending) Put(part string, blob []byte) error {
+	t0 := time.Now()
+	err := p.inner.Put(part, blob)
+	t1 := time.Now()
+	if strings.HasPrefix(part, "op/") {
+		p.rec.mu.Lock()
+		c := p.rec.get(p.id)
+		if a, ok := c.stateAck[part]; ok {
+			c.encode += t0.Sub(a)
+		}
+		c.write += t1.Sub(t0)
+		c.stateBytes += int64(len(blob))
+		p.rec.mu.Unlock()
+	}
+	return err
+}
+
+func (p recPending) Complete(ctx context.Context) error {
+	t0 := time.Now()
+	err := p.inner.Complete(ctx)
+	t1 := time.Now()
+	p.rec.mu.Lock()
+	c := p.rec.get(p.id)
+	c.completeAt = t0
+	if err == nil {
+		c.done = t1
+	} else {
+		c.failed = true
+	}
+	p.rec.mu.Unlock()
+	return err
+}
+
+func (p recPending) Abort() error { return p.inner.Abort() }
+
+// summary reports the best throughput of each mode, the loss against none,
+// and the checkpoint durations of each interval over all its runs.
+func summary(backend string, modes []mode, res map[string][]runResult) string {
+	var b strings.Builder
+	best := map[string]float64{}
+	for _, m := range modes {
+		for _, r := range res[m.name] {
+			best[m.name] = max(best[m.name], r.rate)
+		}
+	}
+	fmt.Fprintf(&b, "== %s backend: best of %d run(s)\n", backend, len(res["none"]))
+	for _, m := range modes {
+		loss := ""
+		if m.interval > 0 && best["none"] > 0 {
+			loss = fmt.Sprintf("  loss %5.1f%%", 100*(1-best[m.name]/best["none"]))
+		}
+		fmt.Fprintf(&b, "%-5s %10.0f records/s%s\n", m.name, best[m.name], loss)
+	}
+	for _, m := range modes {
+		if m.interval == 0 {
+			continue
+		}
+		var cs []ckpt
+		failed := 0
+		for _, r := range res[m.name] {
+			cs = append(cs, r.checkpoints...)
+			failed += r.failed
+		}
+		if len(cs) == 0 {
+			fmt.Fprintf(&b, "interval %s: no checkpoint triggered inside a window completed (%d failed)\n", m.name, failed)
+			continue
+		}
+		var ds []time.Duration
+		var sync, enc, write, comp time.Duration
+		var size int64
+		for _, c := range cs {
+			ds = append(ds, c.total())
+			sync += c.lastAck.Sub(c.begin)
+			enc += c.encode
+			write += c.write
+			comp += c.done.Sub(c.completeAt)
+			size = max(size, c.stateBytes)
+		}
+		slices.Sort(ds)
+		n := time.Duration(len(cs))
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
+		}
+		fmt.Fprintf(&b, "interval %s: %d checkpoints, duration p50 %s p99 %s max %s; mean %s = align+sync %s + encode %s + write %s + complete %s (async %.0f%%); state %s\n",
+			m.name, len(cs), pct(ds, 50), pct(ds, 99), ds[len(ds)-1].Round(time.Millisecond), (sum / n).Round(time.Millisecond),
+			(sync / n).Round(time.Millisecond), (enc / n).Round(time.Millisecond), (write / n).Round(time.Millisecond),
+			(comp / n).Round(time.Millisecond), 100*float64(sum-sync)/float64(sum), mib(size))
+		if failed > 0 {
+			fmt.Fprintf(&b, "interval %s: %d checkpoints FAILED\n", m.name, failed)
+		}
+	}
+	return b.String()
+}
+
+// pct is the p-th percentile of sorted ds (nearest rank).
+func pct(ds []time.Duration, p int) time.Duration {
+	i := (len(ds)*p + 99) / 100
+	return ds[max(0, min(len(ds)-1, i-1))].Round(time.Millisecond)
+}
