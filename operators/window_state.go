@@ -101,15 +101,22 @@ type boxWire struct {
 // MarshalCBOR encodes the box for a snapshot. It runs on the goroutine that
 // encodes the snapshot, reading a box that the task no longer writes (the
 // backend copies it first).
+//
+// It writes boxWire's bytes in one pass (the array header, the row, the
+// time): snapshots encode one box per key and window, so a second
+// marshalling and copy of every row would double the encoding's cost.
 func (b *accBox) MarshalCBOR() ([]byte, error) {
-	raw := b.raw
+	dst := make([]byte, 1, 64+len(b.raw))
+	dst[0] = 0x82 // an array of two items
 	if b.row != nil {
 		var err error
-		if raw, err = b.row.MarshalCBOR(); err != nil {
+		if dst, err = b.row.AppendCBOR(dst); err != nil {
 			return nil, err
 		}
+	} else {
+		dst = append(dst, b.raw...)
 	}
-	return cbor.Marshal(boxWire{Row: raw, MaxTime: b.maxTime})
+	return agg.AppendCBORInt(dst, b.maxTime), nil
 }
 
 // UnmarshalCBOR keeps the row's encoding for windowOp.rowOf.

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
@@ -145,7 +146,12 @@ type coordinator struct {
 	written chan writeResult
 	ended   chan *task // source tasks whose input ended or stopped
 
-	pending      map[int64]*inFlight
+	pending map[int64]*inFlight
+	// sizes remembers the encoded size of each state part (by part name)
+	// at the previous checkpoint: the next encode starts with a buffer of
+	// that size instead of doubling its way up (a copy of everything per
+	// doubling). Written by the writer goroutines.
+	sizes        sync.Map
 	failures     int
 	lastComplete time.Time
 	sourcesEnded map[*task]bool
@@ -404,12 +410,12 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	f.writing++
 	go func() {
-		err := writeAck(f.pending, a, parts)
+		err := writeAck(f.pending, a, parts, &c.sizes)
 		c.written <- writeResult{id: a.Checkpoint, err: err}
 	}()
 }
 
-func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) error {
+func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.Map) error {
 	defer a.release()
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		if err := p.Put(name, parts[name]); err != nil {
@@ -417,11 +423,16 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) error {
 		}
 	}
 	for id, snap := range a.States {
+		name := statePart(id, a.Subtask)
 		var buf bytes.Buffer
+		if n, ok := sizes.Load(name); ok {
+			buf.Grow(n.(int) + n.(int)/8) // room to grow a little
+		}
 		if _, err := snap.WriteTo(&buf); err != nil {
 			return fmt.Errorf("encode state of step %q: %w", id, err)
 		}
-		if err := p.Put(statePart(id, a.Subtask), buf.Bytes()); err != nil {
+		sizes.Store(name, buf.Len())
+		if err := p.Put(name, buf.Bytes()); err != nil {
 			return err
 		}
 	}

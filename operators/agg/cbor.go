@@ -145,6 +145,11 @@ func appendHead(b []byte, major byte, n uint64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, m|27), n)
 }
 
+// AppendCBORInt appends v as a CBOR integer in its shortest form, as the
+// cbor package encodes it: for operators that encode their own state in
+// one pass.
+func AppendCBORInt(b []byte, v int64) []byte { return appendInt(b, v) }
+
 func appendInt(b []byte, v int64) []byte {
 	if v < 0 {
 		return appendHead(b, majNeg, uint64(^v))
