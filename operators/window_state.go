@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/eddy-stream/eddy/operators/agg"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // The keyed state of a window step lives in the subtask's statestore
@@ -116,7 +118,7 @@ func (b *accBox) MarshalCBOR() ([]byte, error) {
 	} else {
 		dst = append(dst, b.raw...)
 	}
-	return agg.AppendCBORInt(dst, b.maxTime), nil
+	return statestore.AppendCBORInt(dst, b.maxTime), nil
 }
 
 // UnmarshalCBOR keeps the row's encoding for windowOp.rowOf.

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // A write-ahead sink (Flink's GenericWriteAheadSink) gives a sink without
@@ -208,11 +210,11 @@ func (w *writeAheadSink) Flush(context.Context) error { return nil }
 // the committable of checkpoint id, and starts a new interval.
 func (w *writeAheadSink) PreCommit(_ context.Context, id int64) ([]byte, error) {
 	c := make([]byte, 0, 40+w.buf.Len())
-	c = cborHead(c, cborArray, 4)
-	c = cborHead(c, cborUint, writeAheadVersion)
-	c = cborInt(c, id)
-	c = cborHead(c, cborUint, uint64(w.info.Subtask))
-	c = cborHead(c, cborArray, w.n)
+	c = statestore.AppendCBORHead(c, cborArray, 4)
+	c = statestore.AppendCBORHead(c, cborUint, writeAheadVersion)
+	c = statestore.AppendCBORInt(c, id)
+	c = statestore.AppendCBORHead(c, cborUint, uint64(w.info.Subtask))
+	c = statestore.AppendCBORHead(c, cborArray, w.n)
 	c = append(c, w.buf.Bytes()...)
 	w.n = 0
 	if w.buf.Cap() > 8<<20 {
@@ -273,7 +275,7 @@ func (w *writeAheadSink) writeRecords(ctx context.Context, h walHeader, b []byte
 			wr.Fields = map[string]any{}
 		}
 		for k, v := range wr.Fields {
-			wr.Fields[k] = walNormalize(v)
+			wr.Fields[k] = NormalizeDecoded(v)
 		}
 		r := Record{Fields: wr.Fields, Time: wr.Time, Key: wr.Key}
 		if m := wr.Meta; m != nil {
@@ -425,32 +427,8 @@ func decodeWALHeader(c []byte) (walHeader, []byte, error) {
 // CBOR major types used by the committable's hand-written heads.
 const (
 	cborUint  = 0
-	cborNeg   = 1
 	cborArray = 4
 )
-
-// cborHead appends a CBOR item head with the shortest argument.
-func cborHead(b []byte, major byte, n uint64) []byte {
-	m := major << 5
-	switch {
-	case n < 24:
-		return append(b, m|byte(n))
-	case n <= math.MaxUint8:
-		return append(b, m|24, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, m|25), uint16(n))
-	case n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, m|26), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, m|27), n)
-}
-
-func cborInt(b []byte, v int64) []byte {
-	if v < 0 {
-		return cborHead(b, cborNeg, uint64(^v))
-	}
-	return cborHead(b, cborUint, uint64(v))
-}
 
 // readCBORHead reads a definite-length item head.
 func readCBORHead(b []byte) (major byte, n uint64, rest []byte, err error) {
@@ -483,9 +461,11 @@ func readCBORHead(b []byte) (major byte, n uint64, rest []byte, err error) {
 	return major, n, b[1+size:], nil
 }
 
-// walNormalize turns decoded integers into int, the type expressions
-// produce, in lists and maps too.
-func walNormalize(v any) any {
+// NormalizeDecoded turns the integers a CBOR decoder produced (int64,
+// uint64) into int, the type expressions produce, in lists and maps too,
+// in place: for values read back from a snapshot or a committable. Pure
+// but for the in-place update of v's lists and maps.
+func NormalizeDecoded(v any) any {
 	switch x := v.(type) {
 	case int64:
 		if x >= math.MinInt && x <= math.MaxInt {
@@ -497,11 +477,11 @@ func walNormalize(v any) any {
 		}
 	case []any:
 		for i := range x {
-			x[i] = walNormalize(x[i])
+			x[i] = NormalizeDecoded(x[i])
 		}
 	case map[string]any:
 		for k, e := range x {
-			x[k] = walNormalize(e)
+			x[k] = NormalizeDecoded(e)
 		}
 	}
 	return v

@@ -88,10 +88,14 @@ type encoder struct {
 // head writes a CBOR head with the shortest argument (as deterministic
 // encoding requires).
 func (e *encoder) head(b *bytes.Buffer, major byte, n uint64) {
-	b.Write(appendHead(e.tmp[:0], major, n))
+	b.Write(AppendCBORHead(e.tmp[:0], major, n))
 }
 
-func appendHead(dst []byte, major byte, n uint64) []byte {
+// AppendCBORHead appends a CBOR item head (major type 0–7, argument n) in
+// its shortest form, as deterministic encoding and the cbor package do.
+// For code that writes CBOR by hand in one pass: snapshots here, aggregate
+// rows, window accumulators, write-ahead committables. Pure.
+func AppendCBORHead(dst []byte, major byte, n uint64) []byte {
 	m := major << 5
 	switch {
 	case n < 24:
@@ -104,6 +108,14 @@ func appendHead(dst []byte, major byte, n uint64) []byte {
 		return binary.BigEndian.AppendUint32(append(dst, m|26), uint32(n))
 	}
 	return binary.BigEndian.AppendUint64(append(dst, m|27), n)
+}
+
+// AppendCBORInt appends v as a CBOR integer in its shortest form. Pure.
+func AppendCBORInt(dst []byte, v int64) []byte {
+	if v < 0 {
+		return AppendCBORHead(dst, 1, uint64(^v))
+	}
+	return AppendCBORHead(dst, 0, uint64(v))
 }
 
 func (e *encoder) text(b *bytes.Buffer, s string) {

@@ -460,11 +460,11 @@ func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error 
 		if nStates == 0 && nTimers == 0 {
 			continue
 		}
-		hdr = appendHead(hdr[:0], majorMap, 2)
-		hdr = appendHead(hdr, majorUint, 1)
-		hdr = appendHead(hdr, majorArray, uint64(nStates))
-		mid := appendHead(nil, majorUint, 2)
-		mid = appendHead(mid, majorArray, uint64(nTimers))
+		hdr = AppendCBORHead(hdr[:0], majorMap, 2)
+		hdr = AppendCBORHead(hdr, majorUint, 1)
+		hdr = AppendCBORHead(hdr, majorArray, uint64(nStates))
+		mid := AppendCBORHead(nil, majorUint, 2)
+		mid = AppendCBORHead(mid, majorArray, uint64(nTimers))
 		blob := frame(s.start+gi, hdr, enc.states.Bytes(), mid, enc.timers.Bytes())
 		if err := fn(s.start+gi, blob); err != nil {
 			return err

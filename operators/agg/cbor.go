@@ -10,6 +10,9 @@ import (
 	"slices"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // Snapshot format (CBOR, RFC 8949), version 1:
@@ -78,32 +81,32 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 	if !r.ok {
 		return dst, ErrNotCompiled
 	}
-	b := appendHead(dst, majArray, uint64(2+len(r.accs)))
-	b = appendHead(b, majUint, snapshotVersion)
-	b = appendInt(b, r.rows)
+	b := statestore.AppendCBORHead(dst, majArray, uint64(2+len(r.accs)))
+	b = statestore.AppendCBORHead(b, majUint, snapshotVersion)
+	b = statestore.AppendCBORInt(b, r.rows)
 	var err error
 	for i := range r.accs {
 		a, f := &r.accs[i], r.specs[i].Func
 		switch f {
 		case FuncCount:
-			b = appendHead(b, majArray, 2)
+			b = statestore.AppendCBORHead(b, majArray, 2)
 		case FuncSum, FuncAvg:
-			b = appendHead(b, majArray, 7)
+			b = statestore.AppendCBORHead(b, majArray, 7)
 		default:
-			b = appendHead(b, majArray, 3)
+			b = statestore.AppendCBORHead(b, majArray, 3)
 		}
-		b = appendHead(b, majUint, uint64(f))
-		b = appendInt(b, a.n)
+		b = statestore.AppendCBORHead(b, majUint, uint64(f))
+		b = statestore.AppendCBORInt(b, a.n)
 		switch f {
 		case FuncCount:
 		case FuncSum, FuncAvg:
-			b = appendInt(b, a.sum.hi)
-			b = appendHead(b, majUint, a.sum.lo)
+			b = statestore.AppendCBORInt(b, a.sum.hi)
+			b = statestore.AppendCBORHead(b, majUint, a.sum.lo)
 			b = appendFloat(b, a.fs.s)
 			b = appendFloat(b, a.fs.c)
-			b = appendInt(b, a.nf)
+			b = statestore.AppendCBORInt(b, a.nf)
 		case FuncCollect:
-			b = appendHead(b, majArray, uint64(len(a.x.list)))
+			b = statestore.AppendCBORHead(b, majArray, uint64(len(a.x.list)))
 			for _, v := range a.x.list {
 				if b, err = appendValue(b, v); err != nil {
 					return dst, err
@@ -115,11 +118,11 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 				keys = append(keys, k)
 			}
 			slices.Sort(keys)
-			b = appendHead(b, majArray, uint64(2*len(keys)))
+			b = statestore.AppendCBORHead(b, majArray, uint64(2*len(keys)))
 			for _, k := range keys {
-				b = appendHead(b, majBytes, uint64(len(k)))
+				b = statestore.AppendCBORHead(b, majBytes, uint64(len(k)))
 				b = append(b, k...)
-				b = appendInt(b, *a.x.set[k])
+				b = statestore.AppendCBORInt(b, *a.x.set[k])
 			}
 		default:
 			if b, err = appendValue(b, a.v); err != nil {
@@ -128,33 +131,6 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 		}
 	}
 	return b, nil
-}
-
-func appendHead(b []byte, major byte, n uint64) []byte {
-	m := major << 5
-	switch {
-	case n < 24:
-		return append(b, m|byte(n))
-	case n <= math.MaxUint8:
-		return append(b, m|24, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, m|25), uint16(n))
-	case n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, m|26), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, m|27), n)
-}
-
-// AppendCBORInt appends v as a CBOR integer in its shortest form, as the
-// cbor package encodes it: for operators that encode their own state in
-// one pass.
-func AppendCBORInt(b []byte, v int64) []byte { return appendInt(b, v) }
-
-func appendInt(b []byte, v int64) []byte {
-	if v < 0 {
-		return appendHead(b, majNeg, uint64(^v))
-	}
-	return appendHead(b, majUint, uint64(v))
 }
 
 func appendFloat(b []byte, f float64) []byte {
@@ -172,13 +148,13 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, 0xf4), nil
 	case string:
-		return append(appendHead(b, majText, uint64(len(x))), x...), nil
+		return append(statestore.AppendCBORHead(b, majText, uint64(len(x))), x...), nil
 	case float64:
 		return appendFloat(b, x), nil
 	case int:
-		return appendInt(b, int64(x)), nil
+		return statestore.AppendCBORInt(b, int64(x)), nil
 	case int64:
-		return appendInt(b, x), nil
+		return statestore.AppendCBORInt(b, x), nil
 	}
 	buf := bytes.NewBuffer(b)
 	if err := encMode.MarshalToBuffer(v, buf); err != nil {
@@ -403,7 +379,7 @@ func (d *decoder) value() any {
 		return nil
 	}
 	d.b = rest
-	return normalize(v)
+	return pipeline.NormalizeDecoded(v)
 }
 
 func (d *decoder) acc(f Func, a *acc) error {
@@ -471,27 +447,4 @@ func (d *decoder) acc(f Func, a *acc) error {
 		a.v = d.value()
 	}
 	return d.err
-}
-
-// normalize turns decoded integers into int, the type expressions produce.
-func normalize(v any) any {
-	switch x := v.(type) {
-	case int64:
-		if x >= math.MinInt && x <= math.MaxInt {
-			return int(x)
-		}
-	case uint64:
-		if x <= math.MaxInt {
-			return int(x)
-		}
-	case []any:
-		for i := range x {
-			x[i] = normalize(x[i])
-		}
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normalize(e)
-		}
-	}
-	return v
 }

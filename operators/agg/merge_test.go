@@ -101,8 +101,8 @@ func TestMergeAssociative(t *testing.T) {
 		got := map[string]any{}
 		merged.Results(got)
 		// Snapshots turn int64 values into int.
-		normalize(want)
-		normalize(got)
+		pipeline.NormalizeDecoded(want)
+		pipeline.NormalizeDecoded(got)
 		require.Equal(t, want, got, "iteration %d, %d records in %d panes", iter, len(records), len(panes))
 		require.Equal(t, int64(len(records)), merged.Count())
 	}
