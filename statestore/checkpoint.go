@@ -335,35 +335,43 @@ func (s *CheckpointStore) deactivate(id int64) {
 func (s *CheckpointStore) List() ([]CheckpointInfo, error) {
 	var out []CheckpointInfo
 	err := s.view(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bktCheckpoints)
-		c := root.Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			id, ok := ckptID(k)
-			if !ok || v != nil {
-				continue // not a checkpoint bucket: ignored, as by Latest
-			}
-			cb := root.Bucket(k)
-			ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
-			var info wireInfo
-			if decodeRecord(recInfo, cb.Get(keyInfo), &info) == nil {
-				ci.Time = time.Unix(0, info.Time)
-				ci.Pipeline = info.Pipeline
-			}
-			if pb := cb.Bucket(bktParts); pb != nil {
-				pc := pb.Cursor()
-				for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
-					ci.Parts++
-					ci.Size += int64(max(len(pv)-partTrailer, 0))
-				}
-			}
-			out = append(out, ci)
-		}
+		out = listCheckpoints(tx)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints in %s: %w", s.path, err)
 	}
 	return out, nil
+}
+
+// listCheckpoints reads the rows of List from a read transaction: every
+// checkpoint bucket, complete or not, newest first, unverified.
+func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
+	var out []CheckpointInfo
+	root := tx.Bucket(bktCheckpoints)
+	c := root.Cursor()
+	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		id, ok := ckptID(k)
+		if !ok || v != nil {
+			continue // not a checkpoint bucket: ignored, as by Latest
+		}
+		cb := root.Bucket(k)
+		ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
+		var info wireInfo
+		if decodeRecord(recInfo, cb.Get(keyInfo), &info) == nil {
+			ci.Time = time.Unix(0, info.Time)
+			ci.Pipeline = info.Pipeline
+		}
+		if pb := cb.Bucket(bktParts); pb != nil {
+			pc := pb.Cursor()
+			for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
+				ci.Parts++
+				ci.Size += int64(max(len(pv)-partTrailer, 0))
+			}
+		}
+		out = append(out, ci)
+	}
+	return out
 }
 
 // Latest returns the newest completed checkpoint whose metadata and every

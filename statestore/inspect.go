@@ -115,29 +115,7 @@ func (f *CheckpointFile) Close() error {
 func (f *CheckpointFile) List() ([]CheckpointInfo, error) {
 	var out []CheckpointInfo
 	err := f.db.View(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bktCheckpoints)
-		c := root.Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			id, ok := ckptID(k)
-			if !ok || v != nil {
-				continue
-			}
-			cb := root.Bucket(k)
-			ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
-			var info wireInfo
-			if decodeRecord(recInfo, cb.Get(keyInfo), &info) == nil {
-				ci.Time = time.Unix(0, info.Time)
-				ci.Pipeline = info.Pipeline
-			}
-			if pb := cb.Bucket(bktParts); pb != nil {
-				pc := pb.Cursor()
-				for pk, pv := pc.First(); pk != nil; pk, pv = pc.Next() {
-					ci.Parts++
-					ci.Size += int64(max(len(pv)-partTrailer, 0))
-				}
-			}
-			out = append(out, ci)
-		}
+		out = listCheckpoints(tx)
 		return nil
 	})
 	if err != nil {
