@@ -241,12 +241,19 @@ func (o *checkpointsOptions) list(c *cobra.Command, file string) error {
 			break
 		}
 	}
-	if o.format == "json" {
-		enc := json.NewEncoder(c.OutOrStdout())
+	return writeList(c.OutOrStdout(), o.format, out, func(w io.Writer) error { return writeCheckpointsText(w, out) })
+}
+
+// writeList writes a list command's result v: indented JSON with format
+// json, else as text writes it.
+func writeList(w io.Writer, format string, v any, text func(io.Writer) error) error {
+	var err error
+	if format == "json" {
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(out)
+		err = enc.Encode(v)
 	} else {
-		err = writeCheckpointsText(c.OutOrStdout(), out)
+		err = text(w)
 	}
 	if err != nil {
 		return runtimeFailure(fmt.Errorf("write the list: %w", err))

@@ -311,17 +311,7 @@ func (o *savepointOptions) list(c *cobra.Command, args []string) error {
 	if out.Savepoints, err = listSavepoints(out.Dir); err != nil {
 		return runtimeFailure(err)
 	}
-	if o.format == "json" {
-		enc := json.NewEncoder(c.OutOrStdout())
-		enc.SetIndent("", "  ")
-		err = enc.Encode(out)
-	} else {
-		err = writeSavepointsText(c.OutOrStdout(), out)
-	}
-	if err != nil {
-		return runtimeFailure(fmt.Errorf("write the list: %w", err))
-	}
-	return nil
+	return writeList(c.OutOrStdout(), o.format, out, func(w io.Writer) error { return writeSavepointsText(w, out) })
 }
 
 func writeSavepointsText(w io.Writer, l savepointList) error {
