@@ -26,9 +26,9 @@ type Expr struct {
 	pos     Pos
 	style   yaml.Style
 	program *vm.Program
-	// meta is set when a record expression names source metadata (_key,
-	// _headers, _partition, _offset, _timestamp).
-	meta bool
+	// meta has bit i set when a record expression names metaNames[i]
+	// (source metadata: _key, _headers, _partition, _offset, _timestamp).
+	meta uint8
 }
 
 // Source metadata names: a record expression reads them from Record.Meta.
@@ -40,21 +40,41 @@ const (
 	MetaTimestamp = "_timestamp"
 )
 
-func isMetaName(s string) bool {
-	switch s {
-	case MetaKey, MetaHeaders, MetaPartition, MetaOffset, MetaTimestamp:
-		return true
-	}
-	return false
-}
+// metaNames are the metadata names, in the bit order of Expr.meta.
+var metaNames = [...]string{MetaKey, MetaHeaders, MetaPartition, MetaOffset, MetaTimestamp}
 
-// metaFinder notes whether an expression names source metadata.
-type metaFinder struct{ found bool }
+// metaFinder notes which metadata names an expression uses.
+type metaFinder struct{ used uint8 }
 
 func (f *metaFinder) Visit(n *ast.Node) {
-	if id, ok := (*n).(*ast.IdentifierNode); ok && isMetaName(id.Value) {
-		f.found = true
+	if id, ok := (*n).(*ast.IdentifierNode); ok {
+		for i, name := range metaNames {
+			if id.Value == name {
+				f.used |= 1 << i
+			}
+		}
 	}
+}
+
+// metaValue returns the value of metadata name i of m.
+func metaValue(m *Meta, i int) any {
+	switch metaNames[i] {
+	case MetaKey:
+		if m.Key != nil {
+			return string(m.Key)
+		}
+	case MetaHeaders:
+		if m.Headers != nil {
+			return m.Headers
+		}
+	case MetaPartition:
+		return int(m.Partition)
+	case MetaOffset:
+		return int(m.Offset)
+	case MetaTimestamp:
+		return int(m.Timestamp)
+	}
+	return nil
 }
 
 // UnmarshalYAML keeps the source text and where it stands in the file.
@@ -115,7 +135,7 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 		return err
 	}
 	e.program = p
-	e.meta = mf.found
+	e.meta = mf.used
 	return nil
 }
 
@@ -212,36 +232,29 @@ func (m *VM) Eval(e *Expr, env any) (any, error) {
 // record has metadata. Metadata is lent to the fields for the call only: a
 // field of the same name is shadowed during it and restored after.
 func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
-	if !e.meta || r.Meta == nil {
+	if e.meta == 0 || r.Meta == nil {
 		return m.vm.Run(e.program, r.Fields)
 	}
 	if r.Fields == nil {
 		r.Fields = map[string]any{}
 	}
-	var saved [5]any
-	var had [5]bool
-	names := [5]string{MetaKey, MetaHeaders, MetaPartition, MetaOffset, MetaTimestamp}
-	for i, n := range names {
-		saved[i], had[i] = r.Fields[n]
+	// Only the names the expression uses are lent (and a field of the same
+	// name put back after).
+	var saved [len(metaNames)]any
+	var had [len(metaNames)]bool
+	for i, n := range metaNames {
+		if e.meta&(1<<i) != 0 {
+			saved[i], had[i] = r.Fields[n]
+			r.Fields[n] = metaValue(r.Meta, i)
+		}
 	}
-	var key any
-	if r.Meta.Key != nil {
-		key = string(r.Meta.Key)
-	}
-	var headers any
-	if r.Meta.Headers != nil {
-		headers = r.Meta.Headers
-	}
-	r.Fields[MetaKey] = key
-	r.Fields[MetaHeaders] = headers
-	r.Fields[MetaPartition] = int(r.Meta.Partition)
-	r.Fields[MetaOffset] = int(r.Meta.Offset)
-	r.Fields[MetaTimestamp] = int(r.Meta.Timestamp)
 	out, err := m.vm.Run(e.program, r.Fields)
-	for i, n := range names {
-		if had[i] {
+	for i, n := range metaNames {
+		switch {
+		case e.meta&(1<<i) == 0:
+		case had[i]:
 			r.Fields[n] = saved[i]
-		} else {
+		default:
 			delete(r.Fields, n)
 		}
 	}
