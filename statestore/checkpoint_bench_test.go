@@ -1,10 +1,12 @@
 package statestore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
@@ -192,4 +195,128 @@ func BenchmarkCheckpointPutLatency(b *testing.B) {
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/put")
 	require.NoError(b, p.Abort())
+}
+
+// benchBox is a window accumulator as the window operator keeps one per key
+// and window: a count, a sum and the latest payload, encoded by hand in one
+// pass (as operators.accBox is) into [[version, count, sum, payload],
+// max time].
+type benchBox struct {
+	n       int64
+	sum     float64
+	last    string
+	maxTime int64
+}
+
+func (b *benchBox) MarshalCBOR() ([]byte, error) {
+	dst := make([]byte, 0, 64+len(b.last))
+	return b.appendCBOR(dst), nil
+}
+
+func (b *benchBox) appendCBOR(dst []byte) []byte {
+	dst = append(dst, 0x82, 0x84, 0x01)
+	dst = statestore.AppendCBORInt(dst, b.n)
+	dst = binary.BigEndian.AppendUint64(append(dst, 0xfb), math.Float64bits(b.sum))
+	dst = append(statestore.AppendCBORHead(dst, 3, uint64(len(b.last))), b.last...)
+	return statestore.AppendCBORInt(dst, b.maxTime)
+}
+
+func (b *benchBox) UnmarshalCBOR(data []byte) error {
+	var w struct {
+		_       struct{} `cbor:",toarray"`
+		Row     []any
+		MaxTime int64
+	}
+	if err := cbor.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	if len(w.Row) != 4 {
+		return fmt.Errorf("benchBox: a row of %d items", len(w.Row))
+	}
+	n, _ := w.Row[1].(uint64)
+	sum, _ := w.Row[2].(float64)
+	last, _ := w.Row[3].(string)
+	*b = benchBox{n: int64(n), sum: sum, last: last, maxTime: w.MaxTime}
+	return nil
+}
+
+func benchBoxDescriptor() statestore.AggregatingDescriptor[string, *benchBox, *benchBox] {
+	return statestore.AggregatingDescriptor[string, *benchBox, *benchBox]{
+		Name:   "window",
+		Create: func() *benchBox { return &benchBox{} },
+		Add: func(b *benchBox, payload string) *benchBox {
+			b.n++
+			b.sum += float64(len(payload))
+			b.last = payload
+			b.maxTime = int64(b.n)
+			return b
+		},
+		Merge:  func(a, b *benchBox) *benchBox { return a },
+		Result: func(b *benchBox) *benchBox { return b },
+		Copy:   func(b *benchBox) *benchBox { c := *b; return &c },
+	}
+}
+
+// BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
+// one window subtask, as the coordinator runs it: encode the keyed state's
+// snapshot into one buffer (reused, as the coordinator sizes it from the
+// previous checkpoint), then, for "encode+put", store it as one part of a
+// checkpoint and complete it (retention 2, fsync). The state is the
+// checkpoint benchmark's in small (bench/checkpointbench): keys with one
+// window accumulator each holding a 1 KiB payload, and one timer per key.
+// MB/s is snapshot bytes per second.
+//
+//	go test -run XXX -bench CheckpointStatePart -benchmem ./statestore/
+func BenchmarkCheckpointStatePart(b *testing.B) {
+	const nKeys = 32 << 10
+	for _, bk := range backends[:2] {
+		b.Run(bk.name, func(b *testing.B) {
+			be := benchBackend(b, bk.open)
+			acc, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
+			require.NoError(b, err)
+			timers := be.TimerService("window")
+			ns := windowNamespaces(1)[0]
+			payload := make([]byte, 1024)
+			for i, k := range keys(nKeys) {
+				for j := range payload {
+					payload[j] = 'a' + byte((i+j)%26)
+				}
+				acc.Add(k, ns, string(payload))
+				timers.RegisterEventTimer(k, ns, 86_400_000)
+			}
+			snap, err := be.Snapshot()
+			require.NoError(b, err)
+			defer snap.Release()
+			var buf bytes.Buffer
+			_, err = snap.WriteTo(&buf)
+			require.NoError(b, err)
+			size := buf.Len()
+			for _, put := range []bool{false, true} {
+				name := "encode"
+				if put {
+					name = "encode+put"
+				}
+				b.Run(name, func(b *testing.B) {
+					s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := range b.N {
+						buf.Reset()
+						if _, err := snap.WriteTo(&buf); err != nil {
+							b.Fatal(err)
+						}
+						if !put {
+							continue
+						}
+						p, err := s.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
+						require.NoError(b, err)
+						require.NoError(b, p.Put("op/window/0", buf.Bytes()))
+						require.NoError(b, p.Complete(context.Background()))
+					}
+					b.ReportMetric(float64(size)/(1<<20), "MiB/part")
+				})
+			}
+		})
+	}
 }
