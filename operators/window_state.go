@@ -100,20 +100,23 @@ type boxWire struct {
 	MaxTime int64
 }
 
-// MarshalCBOR encodes the box for a snapshot. It runs on the goroutine that
-// encodes the snapshot, reading a box that the task no longer writes (the
-// backend copies it first).
-//
-// It writes boxWire's bytes in one pass (the array header, the row, the
-// time): snapshots encode one box per key and window, so a second
-// marshalling and copy of every row would double the encoding's cost.
+// MarshalCBOR encodes the box for a snapshot; see AppendCBOR.
 func (b *accBox) MarshalCBOR() ([]byte, error) {
-	dst := make([]byte, 1, 64+len(b.raw))
-	dst[0] = 0x82 // an array of two items
+	return b.AppendCBOR(make([]byte, 0, 64+len(b.raw)))
+}
+
+// AppendCBOR appends the box's snapshot encoding, boxWire's bytes, to dst
+// in one pass (the array header, the row, the time): snapshots encode one
+// box per key and window, straight into the snapshot's buffer
+// (statestore.CBORAppender). It runs on the goroutine that encodes the
+// snapshot, reading a box that the task no longer writes (the backend
+// copies it first).
+func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
+	dst = append(dst, 0x82) // an array of two items
 	if b.row != nil {
 		var err error
 		if dst, err = b.row.AppendCBOR(dst); err != nil {
-			return nil, err
+			return dst, err
 		}
 	} else {
 		dst = append(dst, b.raw...)

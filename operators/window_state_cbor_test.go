@@ -8,8 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// accBox's one-pass encoding is byte for byte what the cbor package makes
-// of boxWire, and decodes back.
+// accBox's one-pass encoding (MarshalCBOR, and AppendCBOR after what the
+// buffer holds) is byte for byte what the cbor package makes of boxWire,
+// and decodes back.
 func TestAccBoxEncoding(t *testing.T) {
 	raw, err := cbor.Marshal([]any{1, "x", []int{2, 3}})
 	require.NoError(t, err)
@@ -21,6 +22,9 @@ func TestAccBoxEncoding(t *testing.T) {
 		want, err := cbor.Marshal(boxWire{Row: raw, MaxTime: mt})
 		require.NoError(t, err)
 		require.Equal(t, want, got, "maxTime %d", mt)
+		appended, err := b.AppendCBOR([]byte("prefix"))
+		require.NoError(t, err)
+		require.Equal(t, append([]byte("prefix"), want...), appended, "AppendCBOR, maxTime %d", mt)
 		var back accBox
 		require.NoError(t, back.UnmarshalCBOR(got))
 		require.Equal(t, mt, back.maxTime)

@@ -415,6 +415,17 @@ func (c *coordinator) onAck(a Ack) {
 	}()
 }
 
+// bufferPutter is a PendingCheckpoint that stores a part from a buffer
+// handed over, building the stored value in its spare capacity
+// (statestore's PutBuffer) instead of in a copy.
+type bufferPutter interface {
+	PutBuffer(part string, buf []byte) error
+}
+
+// putSpare is the spare capacity a state part's buffer keeps for
+// PutBuffer: statestore.PartTrailerSize.
+const putSpare = statestore.PartTrailerSize
+
 func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.Map) error {
 	defer a.release()
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
@@ -422,17 +433,29 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.M
 			return err
 		}
 	}
+	bp, inPlace := p.(bufferPutter)
 	for id, snap := range a.States {
 		name := statePart(id, a.Subtask)
-		var buf bytes.Buffer
+		// Encode straight into one buffer of the part's size in the
+		// previous checkpoint, with room to grow a little.
+		var buf []byte
 		if n, ok := sizes.Load(name); ok {
-			buf.Grow(n.(int) + n.(int)/8) // room to grow a little
+			buf = make([]byte, 0, n.(int)+n.(int)/8+putSpare)
 		}
-		if _, err := snap.WriteTo(&buf); err != nil {
+		buf, err := snap.AppendTo(buf)
+		if err != nil {
 			return fmt.Errorf("encode state of step %q: %w", id, err)
 		}
-		sizes.Store(name, buf.Len())
-		if err := p.Put(name, buf.Bytes()); err != nil {
+		sizes.Store(name, len(buf))
+		if inPlace {
+			if cap(buf)-len(buf) < putSpare {
+				buf = slices.Grow(buf, putSpare)
+			}
+			err = bp.PutBuffer(name, buf)
+		} else {
+			err = p.Put(name, buf)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -181,6 +181,10 @@ type Snapshot interface {
 	// the blob. Entries whose TTL expired when the snapshot was taken are
 	// left out.
 	EncodeGroups(fn func(group int, blob []byte) error) error
+	// AppendTo appends every blob of EncodeGroups, back to back, to dst (the
+	// bytes of WriteTo): the cheapest way to encode a snapshot into one
+	// buffer, with no copy when dst has room for it.
+	AppendTo(dst []byte) ([]byte, error)
 	// WriteTo writes every blob of EncodeGroups back to back; ReadBlobs
 	// splits such a stream again.
 	WriteTo(w io.Writer) (int64, error)

@@ -691,14 +691,30 @@ func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error
 	return s.snap.EncodeGroups(fn)
 }
 
+func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case snapReleased:
+		return dst, nil
+	case snapClosed:
+		return dst, fmt.Errorf("encode snapshot: %w", ErrClosed)
+	}
+	return s.snap.AppendTo(dst)
+}
+
 func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	err := o.EncodeGroups(func(_ int, blob []byte) error {
-		n, err := w.Write(blob)
-		total += int64(n)
-		return err
-	})
-	return total, err
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case snapReleased:
+		return 0, nil
+	case snapClosed:
+		return 0, fmt.Errorf("encode snapshot: %w", ErrClosed)
+	}
+	return s.snap.WriteTo(w)
 }
 
 func (o *boltSnapshot) Release() { o.s.end(snapReleased) }

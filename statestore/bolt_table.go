@@ -840,8 +840,8 @@ type boltFrozen[S any] struct {
 func (f *boltFrozen[S]) name() string { return f.spec.name }
 func (f *boltFrozen[S]) kind() Kind   { return f.spec.kind }
 
-func (f *boltFrozen[S]) encodeGroup(gi int, now int64, enc *encoder) (int, error) {
-	return encodeBucketGroup(f.tx, f.spec.name, f.start+gi, enc, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
+func (f *boltFrozen[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
+	return appendBucketGroup(dst, f.tx, f.spec.name, f.start+gi, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
 		if f.slotTTL > 0 && now-ts >= f.slotTTL {
 			return nil, false, nil
 		}
@@ -880,20 +880,20 @@ type boltFrozenPending struct {
 func (f *boltFrozenPending) name() string { return f.name_ }
 func (f *boltFrozenPending) kind() Kind   { return f.kind_ }
 
-func (f *boltFrozenPending) encodeGroup(gi int, _ int64, enc *encoder) (int, error) {
-	return encodeBucketGroup(f.tx, f.name_, f.start+gi, enc, func(_ []byte, _ int64, v []byte) ([]byte, bool, error) {
+func (f *boltFrozenPending) appendGroup(dst []byte, gi int, _ int64, _ *encoder) ([]byte, int, error) {
+	return appendBucketGroup(dst, f.tx, f.name_, f.start+gi, func(_ []byte, _ int64, v []byte) ([]byte, bool, error) {
 		return v, true, nil
 	})
 }
 
-// encodeBucketGroup appends the entries of key group group of bucket name
-// to enc.entries, in the order of the records (the snapshot format's);
-// value returns an entry's CBOR, or false to leave it out. It returns the
+// appendBucketGroup appends the entries of key group group of bucket name
+// to dst, in the order of the records (the snapshot format's); value
+// returns an entry's CBOR, or false to leave it out. It returns dst and the
 // number of entries.
-func encodeBucketGroup(tx *bolt.Tx, name string, group int, enc *encoder, value func(key []byte, ts int64, v []byte) ([]byte, bool, error)) (int, error) {
+func appendBucketGroup(dst []byte, tx *bolt.Tx, name string, group int, value func(key []byte, ts int64, v []byte) ([]byte, bool, error)) ([]byte, int, error) {
 	bkt := tx.Bucket([]byte(name))
 	if bkt == nil {
-		return 0, nil
+		return dst, 0, nil
 	}
 	var prefix [4]byte
 	binary.BigEndian.PutUint32(prefix[:], uint32(group))
@@ -922,16 +922,14 @@ func encodeBucketGroup(tx *bolt.Tx, name string, group int, enc *encoder, value 
 			}
 		}
 		if err != nil {
-			return 0, fmt.Errorf("state %q, record %q: %w", name, k, err)
+			return dst, 0, fmt.Errorf("state %q, record %q: %w", name, k, err)
 		}
-		enc.head(&enc.entries, majorArray, 4)
-		enc.head(&enc.entries, majorText, uint64(len(key)))
-		enc.entries.Write(key)
-		enc.head(&enc.entries, majorText, uint64(len(ns)))
-		enc.entries.Write(ns)
-		enc.int(&enc.entries, ts)
-		enc.entries.Write(raw)
+		dst = AppendCBORHead(dst, majorArray, 4)
+		dst = append(AppendCBORHead(dst, majorText, uint64(len(key))), key...)
+		dst = append(AppendCBORHead(dst, majorText, uint64(len(ns))), ns...)
+		dst = AppendCBORInt(dst, ts)
+		dst = append(dst, raw...)
 		n++
 	}
-	return n, nil
+	return dst, n, nil
 }

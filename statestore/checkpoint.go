@@ -3,6 +3,7 @@ package statestore
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -538,6 +539,22 @@ func (p *PendingCheckpoint) ID() int64 { return p.id }
 // A part name is stored once (ErrDuplicatePart). A failed Put fails the
 // checkpoint: Complete then returns ErrCheckpointFailed; Abort it.
 func (p *PendingCheckpoint) Put(part string, blob []byte) error {
+	return p.put(part, blob, false)
+}
+
+// PartTrailerSize is the spare capacity PutBuffer uses: the bytes of a
+// part's checksum trailer.
+const PartTrailerSize = partTrailer
+
+// PutBuffer is Put for a buffer that the caller encoded the part into and
+// shares with no one: when buf has PartTrailerSize bytes of spare capacity,
+// the stored value (the blob, then its checksum) is built in place instead
+// of in a copy of the blob. buf may be reused once PutBuffer returns.
+func (p *PendingCheckpoint) PutBuffer(part string, buf []byte) error {
+	return p.put(part, buf, true)
+}
+
+func (p *PendingCheckpoint) put(part string, blob []byte, inPlace bool) error {
 	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
 	if part == "" || len(part) > MaxPartNameLen {
 		return wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
@@ -567,7 +584,13 @@ func (p *PendingCheckpoint) Put(part string, blob []byte) error {
 
 	stored, err := p.s.faults.Blob(p.id, part, blob)
 	if err == nil {
-		err = p.s.submit(&writeReq{op: wPut, p: p, id: p.id, part: part, value: partValue(stored, crc)})
+		var value []byte
+		if inPlace && cap(stored)-len(stored) >= partTrailer {
+			value = binary.BigEndian.AppendUint32(stored, crc)
+		} else {
+			value = partValue(stored, crc)
+		}
+		err = p.s.submit(&writeReq{op: wPut, p: p, id: p.id, part: part, value: value})
 	}
 	if err != nil {
 		p.fail(err)

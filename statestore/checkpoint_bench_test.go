@@ -1,7 +1,6 @@
 package statestore_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -200,7 +199,7 @@ func BenchmarkCheckpointPutLatency(b *testing.B) {
 // benchBox is a window accumulator as the window operator keeps one per key
 // and window: a count, a sum and the latest payload, encoded by hand in one
 // pass (as operators.accBox is) into [[version, count, sum, payload],
-// max time].
+// max time]; a statestore.CBORAppender.
 type benchBox struct {
 	n       int64
 	sum     float64
@@ -209,16 +208,15 @@ type benchBox struct {
 }
 
 func (b *benchBox) MarshalCBOR() ([]byte, error) {
-	dst := make([]byte, 0, 64+len(b.last))
-	return b.appendCBOR(dst), nil
+	return b.AppendCBOR(make([]byte, 0, 64+len(b.last)))
 }
 
-func (b *benchBox) appendCBOR(dst []byte) []byte {
+func (b *benchBox) AppendCBOR(dst []byte) ([]byte, error) {
 	dst = append(dst, 0x82, 0x84, 0x01)
 	dst = statestore.AppendCBORInt(dst, b.n)
 	dst = binary.BigEndian.AppendUint64(append(dst, 0xfb), math.Float64bits(b.sum))
 	dst = append(statestore.AppendCBORHead(dst, 3, uint64(len(b.last))), b.last...)
-	return statestore.AppendCBORInt(dst, b.maxTime)
+	return statestore.AppendCBORInt(dst, b.maxTime), nil
 }
 
 func (b *benchBox) UnmarshalCBOR(data []byte) error {
@@ -259,9 +257,9 @@ func benchBoxDescriptor() statestore.AggregatingDescriptor[string, *benchBox, *b
 
 // BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
 // one window subtask, as the coordinator runs it: encode the keyed state's
-// snapshot into one buffer (reused, as the coordinator sizes it from the
-// previous checkpoint), then, for "encode+put", store it as one part of a
-// checkpoint and complete it (retention 2, fsync). The state is the
+// snapshot into one buffer (AppendTo, the buffer sized from the previous
+// checkpoint), then, for "encode+put", store it as one part of a
+// checkpoint (PutBuffer) and complete it (retention 2, fsync). The state is the
 // checkpoint benchmark's in small (bench/checkpointbench): keys with one
 // window accumulator each holding a 1 KiB payload, and one timer per key.
 // MB/s is snapshot bytes per second.
@@ -287,10 +285,9 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 			snap, err := be.Snapshot()
 			require.NoError(b, err)
 			defer snap.Release()
-			var buf bytes.Buffer
-			_, err = snap.WriteTo(&buf)
+			buf, err := snap.AppendTo(nil)
 			require.NoError(b, err)
-			size := buf.Len()
+			size := len(buf)
 			for _, put := range []bool{false, true} {
 				name := "encode"
 				if put {
@@ -302,8 +299,9 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 					b.ReportAllocs()
 					b.ResetTimer()
 					for i := range b.N {
-						buf.Reset()
-						if _, err := snap.WriteTo(&buf); err != nil {
+						// A buffer of the previous size, with room to grow.
+						buf := make([]byte, 0, size+size/8+statestore.PartTrailerSize)
+						if buf, err = snap.AppendTo(buf); err != nil {
 							b.Fatal(err)
 						}
 						if !put {
@@ -311,7 +309,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 						}
 						p, err := s.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
 						require.NoError(b, err)
-						require.NoError(b, p.Put("op/window/0", buf.Bytes()))
+						require.NoError(b, p.PutBuffer("op/window/0", buf))
 						require.NoError(b, p.Complete(context.Background()))
 					}
 					b.ReportMetric(float64(size)/(1<<20), "MiB/part")

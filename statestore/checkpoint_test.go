@@ -966,3 +966,27 @@ func TestCheckpointKeyedState(t *testing.T) {
 		require.Equal(t, want, got)
 	})
 }
+
+// PutBuffer stores what Put stores, whether the buffer has room for the
+// checksum (built in place) or not (copied); the bytes after the part in
+// the buffer are not part of it.
+func TestCheckpointPutBuffer(t *testing.T) {
+	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+	require.NoError(t, err)
+	roomy := append(make([]byte, 0, 100+statestore.PartTrailerSize+10), partBlob(1, "op/a/0", 100)...)
+	tight := slices.Clip(partBlob(1, "op/b/0", 100))
+	require.NoError(t, p.PutBuffer("op/a/0", roomy))
+	require.NoError(t, p.PutBuffer("op/b/0", tight))
+	require.NoError(t, p.Put("op/c/0", partBlob(1, "op/c/0", 100)))
+	require.NoError(t, p.Complete(context.Background()))
+
+	cp, err := s.Latest(context.Background())
+	require.NoError(t, err)
+	defer cp.Close()
+	for _, part := range []string{"op/a/0", "op/b/0", "op/c/0"} {
+		got, err := cp.Get(part)
+		require.NoError(t, err)
+		require.Equal(t, partBlob(1, part, 100), got, part)
+	}
+}

@@ -70,25 +70,19 @@ func init() {
 const (
 	majorUint  = 0
 	majorNeg   = 1
+	majorBytes = 2
 	majorText  = 3
 	majorArray = 4
 	majorMap   = 5
 )
 
-// encoder holds the scratch buffers of one Snapshot's encoding.
+// encoder holds the scratch state of one Snapshot's encoding. Blobs are
+// appended to one buffer in one pass: the counts of CBOR arrays that are
+// only known at the end are patched in place (patchHead).
 type encoder struct {
-	entries bytes.Buffer // entries of the state being encoded
-	states  bytes.Buffer // states of the key group being encoded
-	timers  bytes.Buffer // timer services of the key group being encoded
-	keys    []string
-	order   []int32
-	tmp     [9]byte
-}
-
-// head writes a CBOR head with the shortest argument (as deterministic
-// encoding requires).
-func (e *encoder) head(b *bytes.Buffer, major byte, n uint64) {
-	b.Write(AppendCBORHead(e.tmp[:0], major, n))
+	keys  []string
+	order []int32
+	val   bytes.Buffer // a value encoded by the cbor package
 }
 
 // AppendCBORHead appends a CBOR item head (major type 0–7, argument n) in
@@ -118,34 +112,113 @@ func AppendCBORInt(dst []byte, v int64) []byte {
 	return AppendCBORHead(dst, 0, uint64(v))
 }
 
-func (e *encoder) text(b *bytes.Buffer, s string) {
-	e.head(b, majorText, uint64(len(s)))
-	b.WriteString(s)
+func appendText(dst []byte, s string) []byte {
+	return append(AppendCBORHead(dst, majorText, uint64(len(s))), s...)
 }
 
-func (e *encoder) int(b *bytes.Buffer, v int64) {
-	if v >= 0 {
-		e.head(b, majorUint, uint64(v))
-	} else {
-		e.head(b, majorNeg, uint64(-(v + 1)))
+// patchHead writes the CBOR head (major, n) at buf[pos:], over the reserved
+// bytes put there before the item's content was appended, and moves that
+// content when the head is shorter or longer than reserved.
+func patchHead(buf []byte, pos, reserved int, major byte, n uint64) []byte {
+	var tmp [9]byte
+	h := AppendCBORHead(tmp[:0], major, n)
+	if d := len(h) - reserved; d != 0 {
+		end := len(buf)
+		if d > 0 {
+			buf = append(buf, tmp[:d]...) // room; overwritten below
+		}
+		copy(buf[pos+len(h):], buf[pos+reserved:end])
+		buf = buf[:end+d]
 	}
+	copy(buf[pos:], h)
+	return buf
 }
 
-// frame wraps a payload into a blob of key group kg.
-func frame(kg int, parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
+// beginBlob appends the header of a blob of key group kg, its length left
+// zero for endBlob.
+func beginBlob(dst []byte, kg int) []byte {
+	dst = append(dst, blobMagic[:]...)
+	dst = append(dst, blobVersion, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(kg))
+	return append(dst, 0, 0, 0, 0)
+}
+
+// endBlob completes the blob that starts at dst[start:] (beginBlob, then
+// the payload): its payload length and checksum.
+func endBlob(dst []byte, start int) []byte {
+	binary.BigEndian.PutUint32(dst[start+12:], uint32(len(dst)-start-blobHeaderSize))
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crcTable))
+}
+
+// CBORAppender is implemented by state values that append their snapshot
+// encoding to a buffer themselves, which saves the cbor package's
+// reflection, the allocation of MarshalCBOR's result and its check: a
+// snapshot encodes one value per (key, namespace). AppendCBOR must append
+// exactly what MarshalCBOR returns (the value is decoded by UnmarshalCBOR,
+// and a backend may also encode it with MarshalCBOR); it runs on the
+// goroutine that encodes the snapshot, on a value the task no longer
+// writes. A nil pointer is encoded as CBOR null without calling it.
+type CBORAppender interface {
+	cbor.Marshaler
+	AppendCBOR(dst []byte) ([]byte, error)
+}
+
+// valueAppender returns how snapshots append a state value of type S: by
+// hand for the types that state mostly holds (the cbor package's bytes for
+// them, checked by the golden snapshot test), with the cbor package for the
+// others.
+func valueAppender[S any]() func(dst []byte, v *S, enc *encoder) ([]byte, error) {
+	switch any((*S)(nil)).(type) {
+	case *int64:
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			return AppendCBORInt(dst, *any(v).(*int64)), nil
+		}
+	case *int:
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			return AppendCBORInt(dst, int64(*any(v).(*int))), nil
+		}
+	case *string:
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			return appendText(dst, *any(v).(*string)), nil
+		}
+	case *bool:
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			if *any(v).(*bool) {
+				return append(dst, 0xf5), nil
+			}
+			return append(dst, 0xf4), nil
+		}
+	case *[]byte:
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			b := *any(v).(*[]byte)
+			if b == nil {
+				return append(dst, 0xf6), nil // the cbor package's nil slice
+			}
+			return append(AppendCBORHead(dst, majorBytes, uint64(len(b))), b...), nil
+		}
+	case CBORAppender:
+		// S is a struct whose pointer has the methods.
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			return any(v).(CBORAppender).AppendCBOR(dst)
+		}
 	}
-	blob := make([]byte, blobHeaderSize, blobHeaderSize+n+blobTrailer)
-	copy(blob, blobMagic[:])
-	blob[4] = blobVersion
-	binary.BigEndian.PutUint32(blob[8:], uint32(kg))
-	binary.BigEndian.PutUint32(blob[12:], uint32(n))
-	for _, p := range parts {
-		blob = append(blob, p...)
+	var zero S
+	if _, ok := any(zero).(CBORAppender); ok && reflect.TypeFor[S]().Kind() == reflect.Pointer {
+		return func(dst []byte, v *S, _ *encoder) ([]byte, error) {
+			x := any(*v)
+			if x == any(zero) {
+				return append(dst, 0xf6), nil
+			}
+			return x.(CBORAppender).AppendCBOR(dst)
+		}
 	}
-	return binary.BigEndian.AppendUint32(blob, crc32.Checksum(blob, crcTable))
+	return func(dst []byte, v *S, enc *encoder) ([]byte, error) {
+		enc.val.Reset()
+		if err := encMode.MarshalToBuffer(v, &enc.val); err != nil {
+			return dst, err
+		}
+		return append(dst, enc.val.Bytes()...), nil
+	}
 }
 
 // parseBlob checks a blob's frame and checksum and returns its key group and

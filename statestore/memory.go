@@ -355,9 +355,9 @@ func stagePending(m *Memory, name string, kind Kind, gi int, entries []wireEntry
 type frozenState interface {
 	name() string
 	kind() Kind
-	// encodeGroup appends the entries of key group index gi to enc.entries
-	// and returns their number.
-	encodeGroup(gi int, now int64, enc *encoder) (int, error)
+	// appendGroup appends the entries of key group index gi to dst and
+	// returns it with their number.
+	appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error)
 }
 
 type frozenPending struct {
@@ -369,10 +369,10 @@ type frozenPending struct {
 func (f *frozenPending) name() string { return f.name_ }
 func (f *frozenPending) kind() Kind   { return f.kind_ }
 
-func (f *frozenPending) encodeGroup(gi int, _ int64, enc *encoder) (int, error) {
+func (f *frozenPending) appendGroup(dst []byte, gi int, _ int64, _ *encoder) ([]byte, int, error) {
 	entries := f.groups[gi]
 	if len(entries) == 0 {
-		return 0, nil
+		return dst, 0, nil
 	}
 	entries = slices.Clone(entries)
 	slices.SortFunc(entries, func(a, b wireEntry) int {
@@ -382,13 +382,13 @@ func (f *frozenPending) encodeGroup(gi int, _ int64, enc *encoder) (int, error) 
 		return cmpString(a.NS, b.NS)
 	})
 	for _, e := range entries {
-		enc.head(&enc.entries, majorArray, 4)
-		enc.text(&enc.entries, e.Key)
-		enc.text(&enc.entries, e.NS)
-		enc.int(&enc.entries, e.TS)
-		enc.entries.Write(e.Value)
+		dst = AppendCBORHead(dst, majorArray, 4)
+		dst = appendText(dst, e.Key)
+		dst = appendText(dst, e.NS)
+		dst = AppendCBORInt(dst, e.TS)
+		dst = append(dst, e.Value...)
 	}
-	return len(entries), nil
+	return dst, len(entries), nil
 }
 
 // memSnapshot is the memory backend's Snapshot.
@@ -403,82 +403,151 @@ func (s *memSnapshot) KeyGroupRange() (start, end int) { return s.start, s.end }
 
 func (s *memSnapshot) Release() { s.states, s.timers = nil, nil }
 
+// blobWriter appends the blobs of a memSnapshot, in key-group order.
+type blobWriter struct {
+	s   *memSnapshot
+	enc encoder
+	// timers[i] holds service i's timers sorted by (group, domain, ts, key,
+	// ns); next[i] is the first one of a group not written yet.
+	timers [][]frozenTimer
+	next   []int
+}
+
+func (s *memSnapshot) blobWriter() *blobWriter {
+	w := &blobWriter{s: s, timers: make([][]frozenTimer, len(s.timers)), next: make([]int, len(s.timers))}
+	for i := range s.timers {
+		w.timers[i] = s.timers[i].sorted()
+	}
+	return w
+}
+
+// appendGroup appends the blob of key group index gi to dst; nothing when
+// the group has neither state nor timers. The groups must come in order.
+func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
+	s := w.s
+	start := len(dst)
+	dst = beginBlob(dst, s.start+gi)
+	dst = AppendCBORHead(dst, majorMap, 2)
+	dst = AppendCBORHead(dst, majorUint, 1)
+	statesAt := len(dst)
+	dst = append(dst, 0) // [* state]: the count is patched below
+	nStates := 0
+	for _, st := range s.states {
+		mark := len(dst)
+		dst = AppendCBORHead(dst, majorArray, 3)
+		dst = appendText(dst, st.name())
+		dst = AppendCBORHead(dst, majorUint, uint64(st.kind()))
+		entriesAt := len(dst)
+		dst = append(dst, 0, 0, 0) // [* entry]: room for a count < 65536
+		var n int
+		var err error
+		dst, n, err = st.appendGroup(dst, gi, s.now, &w.enc)
+		if err != nil {
+			return dst[:start], fmt.Errorf("encode key group %d: %w", s.start+gi, err)
+		}
+		if n == 0 {
+			dst = dst[:mark]
+			continue
+		}
+		dst = patchHead(dst, entriesAt, 3, majorArray, uint64(n))
+		nStates++
+	}
+	dst = patchHead(dst, statesAt, 1, majorArray, uint64(nStates))
+	dst = AppendCBORHead(dst, majorUint, 2)
+	timersAt := len(dst)
+	dst = append(dst, 0) // [* timers]
+	nTimers := 0
+	for i, svc := range s.timers {
+		all := w.timers[i]
+		j := w.next[i]
+		for j < len(all) && int(all[j].group) == gi {
+			j++
+		}
+		ts := all[w.next[i]:j]
+		w.next[i] = j
+		if len(ts) == 0 {
+			continue
+		}
+		dst = AppendCBORHead(dst, majorArray, 2)
+		dst = appendText(dst, svc.name)
+		dst = AppendCBORHead(dst, majorArray, uint64(len(ts)))
+		for _, t := range ts {
+			dst = AppendCBORHead(dst, majorArray, 4)
+			dst = AppendCBORHead(dst, majorUint, uint64(t.domain))
+			dst = AppendCBORInt(dst, t.id.ts)
+			dst = appendText(dst, t.id.key)
+			dst = appendText(dst, t.id.ns)
+		}
+		nTimers++
+	}
+	if nStates == 0 && nTimers == 0 {
+		return dst[:start], nil
+	}
+	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers))
+	return endBlob(dst, start), nil
+}
+
 func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
 	if s.states == nil && s.timers == nil {
 		return nil
 	}
-	enc := &encoder{}
-	// Timers sorted by (group, domain, ts, key, ns); next[i] walks service i.
-	timers := make([][]frozenTimer, len(s.timers))
-	for i := range s.timers {
-		timers[i] = s.timers[i].sorted()
-	}
-	next := make([]int, len(s.timers))
-	var hdr []byte
+	w := s.blobWriter()
+	var buf []byte
+	size := 0 // of the last blob: the next one's likely size
 	for gi := 0; gi < s.end-s.start; gi++ {
-		enc.states.Reset()
-		enc.timers.Reset()
-		nStates, nTimers := 0, 0
-		for _, st := range s.states {
-			enc.entries.Reset()
-			n, err := st.encodeGroup(gi, s.now, enc)
-			if err != nil {
-				return fmt.Errorf("encode key group %d: %w", s.start+gi, err)
-			}
-			if n == 0 {
-				continue
-			}
-			enc.head(&enc.states, majorArray, 3)
-			enc.text(&enc.states, st.name())
-			enc.head(&enc.states, majorUint, uint64(st.kind()))
-			enc.head(&enc.states, majorArray, uint64(n))
-			enc.states.Write(enc.entries.Bytes())
-			nStates++
+		if buf == nil {
+			buf = make([]byte, 0, size+size/4+64)
 		}
-		for i, svc := range s.timers {
-			j := next[i]
-			for j < len(timers[i]) && int(timers[i][j].group) == gi {
-				j++
-			}
-			ts := timers[i][next[i]:j]
-			next[i] = j
-			if len(ts) == 0 {
-				continue
-			}
-			enc.head(&enc.timers, majorArray, 2)
-			enc.text(&enc.timers, svc.name)
-			enc.head(&enc.timers, majorArray, uint64(len(ts)))
-			for _, t := range ts {
-				enc.head(&enc.timers, majorArray, 4)
-				enc.head(&enc.timers, majorUint, uint64(t.domain))
-				enc.int(&enc.timers, t.id.ts)
-				enc.text(&enc.timers, t.id.key)
-				enc.text(&enc.timers, t.id.ns)
-			}
-			nTimers++
-		}
-		if nStates == 0 && nTimers == 0 {
-			continue
-		}
-		hdr = AppendCBORHead(hdr[:0], majorMap, 2)
-		hdr = AppendCBORHead(hdr, majorUint, 1)
-		hdr = AppendCBORHead(hdr, majorArray, uint64(nStates))
-		mid := AppendCBORHead(nil, majorUint, 2)
-		mid = AppendCBORHead(mid, majorArray, uint64(nTimers))
-		blob := frame(s.start+gi, hdr, enc.states.Bytes(), mid, enc.timers.Bytes())
-		if err := fn(s.start+gi, blob); err != nil {
+		var err error
+		if buf, err = w.appendGroup(buf, gi); err != nil {
 			return err
 		}
+		if len(buf) == 0 {
+			continue
+		}
+		size = len(buf)
+		if err := fn(s.start+gi, buf); err != nil {
+			return err
+		}
+		buf = nil // fn owns it
 	}
 	return nil
 }
 
+func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
+	if s.states == nil && s.timers == nil {
+		return dst, nil
+	}
+	w := s.blobWriter()
+	for gi := 0; gi < s.end-s.start; gi++ {
+		var err error
+		if dst, err = w.appendGroup(dst, gi); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
 func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
+	if s.states == nil && s.timers == nil {
+		return 0, nil
+	}
+	bw := s.blobWriter()
+	var buf []byte
 	var total int64
-	err := s.EncodeGroups(func(_ int, blob []byte) error {
-		n, err := w.Write(blob)
+	for gi := 0; gi < s.end-s.start; gi++ {
+		var err error
+		if buf, err = bw.appendGroup(buf[:0], gi); err != nil {
+			return total, err
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		n, err := w.Write(buf)
 		total += int64(n)
-		return err
-	})
-	return total, err
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -125,10 +125,12 @@ type table[S any] struct {
 	slotTTL int64 // spec.ttl, except for map states whose TTL is per map entry
 	fn      tableFuncs[S]
 	groups  []*group[S] // indexed by key group - start; nil until written
+	// appendValue encodes a value into a snapshot (valueAppender).
+	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
 }
 
 func newTable[S any](m *Memory, spec stateSpec, fn tableFuncs[S]) *table[S] {
-	t := &table[S]{m: m, spec: spec, slotTTL: spec.ttl, fn: fn, groups: make([]*group[S], m.end-m.start)}
+	t := &table[S]{m: m, spec: spec, slotTTL: spec.ttl, fn: fn, groups: make([]*group[S], m.end-m.start), appendValue: valueAppender[S]()}
 	if spec.kind == KindMap {
 		t.slotTTL = 0
 	}
@@ -521,27 +523,28 @@ func (t *table[S]) prepareRestore(gi int, entries []wireEntry, now int64) (func(
 // freeze captures the table for a snapshot; the backend's generation moves
 // on right after, which freezes every group captured here.
 func (t *table[S]) freeze() frozenState {
-	return &frozenTable[S]{spec: t.spec, slotTTL: t.slotTTL, fn: t.fn, groups: slices.Clone(t.groups)}
+	return &frozenTable[S]{spec: t.spec, slotTTL: t.slotTTL, fn: t.fn, appendValue: t.appendValue, groups: slices.Clone(t.groups)}
 }
 
 // frozenTable is a table as a snapshot saw it; it is only read, by the
 // goroutine that encodes the snapshot.
 type frozenTable[S any] struct {
-	spec    stateSpec
-	slotTTL int64
-	fn      tableFuncs[S]
-	groups  []*group[S]
+	spec        stateSpec
+	slotTTL     int64
+	fn          tableFuncs[S]
+	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
+	groups      []*group[S]
 }
 
 func (f *frozenTable[S]) name() string { return f.spec.name }
 func (f *frozenTable[S]) kind() Kind   { return f.spec.kind }
 
-// encodeGroup writes the unexpired entries of group index gi, sorted by key
-// and namespace, to enc.entries and returns their number.
-func (f *frozenTable[S]) encodeGroup(gi int, now int64, enc *encoder) (int, error) {
+// appendGroup appends the unexpired entries of group index gi, sorted by
+// key and namespace, to dst and returns it with their number.
+func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error) {
 	g := f.groups[gi]
 	if g == nil || len(g.m) == 0 {
-		return 0, nil
+		return dst, 0, nil
 	}
 	keys := enc.keys[:0]
 	for k := range g.m {
@@ -576,15 +579,16 @@ func (f *frozenTable[S]) encodeGroup(gi int, now int64, enc *encoder) (int, erro
 					v = &filtered
 				}
 			}
-			enc.head(&enc.entries, majorArray, 4)
-			enc.text(&enc.entries, k)
-			enc.text(&enc.entries, p.ns)
-			enc.int(&enc.entries, p.ts)
-			if err := encMode.MarshalToBuffer(v, &enc.entries); err != nil {
-				return 0, errEncodeValue(f.spec, k, err)
+			dst = AppendCBORHead(dst, majorArray, 4)
+			dst = appendText(dst, k)
+			dst = appendText(dst, p.ns)
+			dst = AppendCBORInt(dst, p.ts)
+			var err error
+			if dst, err = f.appendValue(dst, v, enc); err != nil {
+				return dst, 0, errEncodeValue(f.spec, k, err)
 			}
 			n++
 		}
 	}
-	return n, nil
+	return dst, n, nil
 }

@@ -31,7 +31,7 @@
 // Complete returning (the coordinator's "checkpoint complete" duration),
 // split into align+sync (trigger to the last task's ack: barrier travel,
 // alignment, the synchronous snapshot), encode (a window subtask's ack to
-// the Put of its state part: WriteTo on a goroutine of the coordinator's),
+// the Put of its state part: AppendTo on a goroutine of the coordinator's),
 // write (the Put: a bbolt commit with fsync) and complete (the metadata
 // transaction and retention); "async" is the share after the last ack.
 // Size is the sum of the state parts: the encoded snapshot. With few
@@ -635,18 +635,38 @@ type recPending struct {
 func (p recPending) Put(part string, blob []byte) error {
 	t0 := time.Now()
 	err := p.inner.Put(part, blob)
-	t1 := time.Now()
-	if strings.HasPrefix(part, "op/") {
-		p.rec.mu.Lock()
-		c := p.rec.get(p.id)
-		if a, ok := c.stateAck[part]; ok {
-			c.encode += t0.Sub(a)
-		}
-		c.write += t1.Sub(t0)
-		c.stateBytes += int64(len(blob))
-		p.rec.mu.Unlock()
-	}
+	p.record(part, len(blob), t0, time.Now())
 	return err
+}
+
+// PutBuffer passes the coordinator's in-place Put of a state part on to the
+// store (statestore's PutBuffer), as the coordinator does without this
+// wrapper.
+func (p recPending) PutBuffer(part string, buf []byte) error {
+	t0 := time.Now()
+	var err error
+	if bp, ok := p.inner.(interface{ PutBuffer(string, []byte) error }); ok {
+		err = bp.PutBuffer(part, buf)
+	} else {
+		err = p.inner.Put(part, buf)
+	}
+	p.record(part, len(buf), t0, time.Now())
+	return err
+}
+
+// record adds the Put of a state part, from t0 to t1, to its checkpoint.
+func (p recPending) record(part string, size int, t0, t1 time.Time) {
+	if !strings.HasPrefix(part, "op/") {
+		return
+	}
+	p.rec.mu.Lock()
+	c := p.rec.get(p.id)
+	if a, ok := c.stateAck[part]; ok {
+		c.encode += t0.Sub(a)
+	}
+	c.write += t1.Sub(t0)
+	c.stateBytes += int64(size)
+	p.rec.mu.Unlock()
 }
 
 func (p recPending) Complete(ctx context.Context) error {
