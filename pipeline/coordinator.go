@@ -147,11 +147,11 @@ type coordinator struct {
 	ended   chan *task // source tasks whose input ended or stopped
 
 	pending map[int64]*inFlight
-	// sizes remembers the encoded size of each state part (by part name)
-	// at the previous checkpoint: the next encode starts with a buffer of
-	// that size instead of doubling its way up (a copy of everything per
-	// doubling). Written by the writer goroutines.
-	sizes        sync.Map
+	// bufs keeps, by state part name, the buffer the part's previous
+	// checkpoint was encoded into: the next encode reuses it instead of
+	// allocating (and the kernel zeroing) the part's size again, or
+	// doubling its way up. Taken and put back by the writer goroutines.
+	bufs         sync.Map
 	failures     int
 	lastComplete time.Time
 	sourcesEnded map[*task]bool
@@ -410,7 +410,7 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	f.writing++
 	go func() {
-		err := writeAck(f.pending, a, parts, &c.sizes)
+		err := writeAck(f.pending, a, parts, &c.bufs)
 		c.written <- writeResult{id: a.Checkpoint, err: err}
 	}()
 }
@@ -426,7 +426,7 @@ type bufferPutter interface {
 // PutBuffer: statestore.PartTrailerSize.
 const putSpare = statestore.PartTrailerSize
 
-func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.Map) error {
+func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, bufs *sync.Map) error {
 	defer a.release()
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		if err := p.Put(name, parts[name]); err != nil {
@@ -436,17 +436,16 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.M
 	bp, inPlace := p.(bufferPutter)
 	for id, snap := range a.States {
 		name := statePart(id, a.Subtask)
-		// Encode straight into one buffer of the part's size in the
-		// previous checkpoint, with room to grow a little.
+		// Encode straight into one buffer: the previous checkpoint's, or
+		// a new one that grows as it fills.
 		var buf []byte
-		if n, ok := sizes.Load(name); ok {
-			buf = make([]byte, 0, n.(int)+n.(int)/8+putSpare)
+		if b, ok := bufs.LoadAndDelete(name); ok {
+			buf = b.([]byte)
 		}
 		buf, err := snap.AppendTo(buf)
 		if err != nil {
 			return fmt.Errorf("encode state of step %q: %w", id, err)
 		}
-		sizes.Store(name, len(buf))
 		if inPlace {
 			if cap(buf)-len(buf) < putSpare {
 				buf = slices.Grow(buf, putSpare)
@@ -457,6 +456,12 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, sizes *sync.M
 		}
 		if err != nil {
 			return err
+		}
+		if inPlace && cap(buf) <= 2*len(buf)+putSpare {
+			// PutBuffer returned: the store holds no reference (a plain
+			// Put may keep the blob). A buffer over twice the state's
+			// size is left to the garbage collector.
+			bufs.Store(name, buf[:0])
 		}
 	}
 	return nil

@@ -257,8 +257,8 @@ func benchBoxDescriptor() statestore.AggregatingDescriptor[string, *benchBox, *b
 
 // BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
 // one window subtask, as the coordinator runs it: encode the keyed state's
-// snapshot into one buffer (AppendTo, the buffer sized from the previous
-// checkpoint), then, for "encode+put", store it as one part of a
+// snapshot into one buffer (AppendTo into the previous checkpoint's
+// buffer), then, for "encode+put", store it as one part of a
 // checkpoint (PutBuffer) and complete it (retention 2, fsync). The state is the
 // checkpoint benchmark's in small (bench/checkpointbench): keys with one
 // window accumulator each holding a 1 KiB payload, and one timer per key.
@@ -298,10 +298,10 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
 					b.ResetTimer()
+					buf := make([]byte, 0, size+statestore.PartTrailerSize)
 					for i := range b.N {
-						// A buffer of the previous size, with room to grow.
-						buf := make([]byte, 0, size+size/8+statestore.PartTrailerSize)
-						if buf, err = snap.AppendTo(buf); err != nil {
+						// The previous checkpoint's buffer, as the coordinator keeps it.
+						if buf, err = snap.AppendTo(buf[:0]); err != nil {
 							b.Fatal(err)
 						}
 						if !put {

@@ -328,17 +328,40 @@ type frozenQueue struct {
 }
 
 // sorted returns the timers by (group, domain, ts, key, ns), the order of
-// the snapshot format.
+// the snapshot format. They are placed by group first (a counting sort),
+// then each group is sorted: fewer comparisons, each of which may read the
+// key's bytes.
 func (f *frozenTimers) sorted() []frozenTimer {
-	out := make([]frozenTimer, 0, f.n)
+	groups := 0
+	for d := range f.queues {
+		q := &f.queues[d]
+		for _, h := range q.heap {
+			groups = max(groups, int(q.recs[h.rec].group)+1)
+		}
+	}
+	at := make([]int, groups+1) // at[g]: where group g's timers start
+	for d := range f.queues {
+		q := &f.queues[d]
+		for _, h := range q.heap {
+			at[q.recs[h.rec].group+1]++
+		}
+	}
+	for g := 1; g <= groups; g++ {
+		at[g] += at[g-1]
+	}
+	out := make([]frozenTimer, f.n)
+	next := slices.Clone(at[:groups])
 	for d := range f.queues {
 		q := &f.queues[d]
 		for _, h := range q.heap {
 			r := &q.recs[h.rec]
-			out = append(out, frozenTimer{group: r.group, domain: Domain(d), id: r.id})
+			out[next[r.group]] = frozenTimer{group: r.group, domain: Domain(d), id: r.id}
+			next[r.group]++
 		}
 	}
-	slices.SortFunc(out, frozenTimerCompare)
+	for g := range groups {
+		slices.SortFunc(out[at[g]:at[g+1]], frozenTimerCompare)
+	}
 	return out
 }
 
