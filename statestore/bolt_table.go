@@ -233,11 +233,15 @@ type boltTable[S any] struct {
 	bucket  []byte
 	cache   map[string]*boltEntry[S]
 	dirty   []*boltEntry[S]
-	val     bytes.Buffer // scratch: one value's CBOR
+	val     []byte // scratch: one value's CBOR
+	enc     encoder
+	// appendValue encodes a value (valueAppender).
+	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
 }
 
 func newBoltTable[S any](b *Bolt, spec stateSpec, fn tableFuncs[S]) *boltTable[S] {
-	t := &boltTable[S]{b: b, spec: spec, slotTTL: spec.ttl, fn: fn, bucket: []byte(spec.name), cache: map[string]*boltEntry[S]{}}
+	t := &boltTable[S]{b: b, spec: spec, slotTTL: spec.ttl, fn: fn, bucket: []byte(spec.name), cache: map[string]*boltEntry[S]{},
+		appendValue: valueAppender[S]()}
 	if spec.kind == KindMap {
 		t.slotTTL = 0
 	}
@@ -574,11 +578,12 @@ func (t *boltTable[S]) Keys(group int) iter.Seq[string] {
 
 // encodeValue returns v's CBOR in t.val.
 func (t *boltTable[S]) encodeValue(v *S, key string) ([]byte, error) {
-	t.val.Reset()
-	if err := encMode.MarshalToBuffer(v, &t.val); err != nil {
+	b, err := t.appendValue(t.val[:0], v, &t.enc)
+	if err != nil {
 		return nil, errEncodeValue(t.spec, key, err)
 	}
-	return t.val.Bytes(), nil
+	t.val = b
+	return b, nil
 }
 
 func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
@@ -616,15 +621,16 @@ func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
 				continue
 			}
 			k := key(e, p.ns)
-			raw := p.raw
-			if p.decoded {
-				var err error
-				if raw, err = t.encodeValue(&p.v, e.key); err != nil {
-					return err
-				}
-			}
 			s := len(a)
-			a = appendValue(a, p.ts, raw)
+			if p.decoded {
+				// appendValue's layout, the value encoded in place.
+				var err error
+				if a, err = t.appendValue(binary.AppendVarint(a, p.ts), &p.v, &t.enc); err != nil {
+					return errEncodeValue(t.spec, e.key, err)
+				}
+			} else {
+				a = appendValue(a, p.ts, p.raw)
+			}
 			if err := bkt.Put(k, a[s:len(a):len(a)]); err != nil {
 				return fmt.Errorf("write key %q of state %q: %w", e.key, t.spec.name, err)
 			}
