@@ -70,3 +70,14 @@ func TestValueAppender(t *testing.T) {
 	checkAppender(t, map[string]int64{"b": 1, "a": 2}, nil)
 	checkAppender(t, []string{"x", "y"}, nil)
 }
+
+// AppendTo's buffer doubles when it runs short, rather than growing by a
+// quarter at a time, and is left alone while it has room.
+func TestGrowBuffer(t *testing.T) {
+	require.GreaterOrEqual(t, cap(growBuffer(nil, 0)), 64<<10)
+	full := make([]byte, 900<<10, 1000<<10)
+	grown := growBuffer(full, 200<<10)
+	require.GreaterOrEqual(t, cap(grown), 1800<<10)
+	require.Equal(t, len(full), len(grown))
+	require.Equal(t, cap(full), cap(growBuffer(full, 100<<10)))
+}

@@ -519,13 +519,30 @@ func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
 		return dst, nil
 	}
 	w := s.blobWriter()
+	largest := 0 // blob so far
 	for gi := 0; gi < s.end-s.start; gi++ {
+		dst = growBuffer(dst, largest/2)
+		n := len(dst)
 		var err error
 		if dst, err = w.appendGroup(dst, gi); err != nil {
 			return dst, err
 		}
+		largest = max(largest, len(dst)-n)
 	}
 	return dst, nil
+}
+
+// growBuffer doubles dst's capacity when less than want bytes (at least
+// 4 KiB) of it are free: appending alone grows a large slice by a quarter
+// at a time, copying what it holds about four times over while a snapshot
+// of unknown size fills it; doubling copies it about once. A buffer with
+// room for the snapshot (the previous checkpoint's) is left alone.
+func growBuffer(dst []byte, want int) []byte {
+	want = max(want, 4<<10)
+	if cap(dst)-len(dst) < want {
+		return slices.Grow(dst, max(len(dst), want, 64<<10))
+	}
+	return dst
 }
 
 func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
