@@ -80,7 +80,6 @@ const (
 // appended to one buffer in one pass: the counts of CBOR arrays that are
 // only known at the end are patched in place (patchHead).
 type encoder struct {
-	keys  []string
 	order []int32
 	val   bytes.Buffer // a value encoded by the cbor package
 }

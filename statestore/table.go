@@ -534,6 +534,12 @@ type frozenTable[S any] struct {
 	fn          tableFuncs[S]
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
 	groups      []*group[S]
+	byKey       []keyedEntry[S] // scratch of appendGroup
+}
+
+type keyedEntry[S any] struct {
+	key string
+	e   *keyEntry[S]
 }
 
 func (f *frozenTable[S]) name() string { return f.spec.name }
@@ -546,15 +552,16 @@ func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder
 	if g == nil || len(g.m) == 0 {
 		return dst, 0, nil
 	}
-	keys := enc.keys[:0]
-	for k := range g.m {
-		keys = append(keys, k)
+	// The entries with their keys, so that each is looked up once.
+	byKey := f.byKey[:0]
+	for k, e := range g.m {
+		byKey = append(byKey, keyedEntry[S]{k, e})
 	}
-	slices.Sort(keys)
-	enc.keys = keys
+	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
+	f.byKey = byKey
 	n := 0
-	for _, k := range keys {
-		e := g.m[k]
+	for _, ke := range byKey {
+		k, e := ke.key, ke.e
 		order := enc.order[:0]
 		for i := range e.items {
 			order = append(order, int32(i))
