@@ -446,6 +446,10 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, bufs *sync.Ma
 		if err != nil {
 			return fmt.Errorf("encode state of step %q: %w", id, err)
 		}
+		// Encoded: release the snapshot now, not after the write, so that
+		// the garbage collector gets back what it kept alive (the values
+		// the task has replaced since) while the part is written.
+		snap.Release()
 		if inPlace {
 			if cap(buf)-len(buf) < putSpare {
 				buf = slices.Grow(buf, putSpare)
@@ -457,10 +461,11 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, bufs *sync.Ma
 		if err != nil {
 			return err
 		}
-		if inPlace && cap(buf) <= 2*len(buf)+putSpare {
+		if inPlace && cap(buf) <= 2*len(buf)+64<<10 {
 			// PutBuffer returned: the store holds no reference (a plain
 			// Put may keep the blob). A buffer over twice the state's
-			// size is left to the garbage collector.
+			// size (and 64 KiB, AppendTo's smallest) is left to the
+			// garbage collector.
 			bufs.Store(name, buf[:0])
 		}
 	}

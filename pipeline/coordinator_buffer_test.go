@@ -14,6 +14,7 @@ import (
 type bufPending struct {
 	parts map[string][]byte
 	bufs  [][]byte
+	onPut func() // called by PutBuffer first
 }
 
 func (p *bufPending) Put(part string, blob []byte) error {
@@ -22,6 +23,9 @@ func (p *bufPending) Put(part string, blob []byte) error {
 }
 
 func (p *bufPending) PutBuffer(part string, buf []byte) error {
+	if p.onPut != nil {
+		p.onPut()
+	}
 	p.bufs = append(p.bufs, buf)
 	return p.Put(part, buf)
 }
@@ -30,8 +34,8 @@ func (p *bufPending) Complete(context.Context) error { return nil }
 func (p *bufPending) Abort() error                   { return nil }
 
 // writeAck encodes a state part into the buffer of the part's previous
-// checkpoint, with room for the store's checksum trailer, and stores what
-// the snapshot encodes.
+// checkpoint, with room for the store's checksum trailer, releases the
+// snapshot before the write, and stores what the snapshot encodes.
 func TestWriteAckReusesPartBuffer(t *testing.T) {
 	be, err := statestore.NewMemory(statestore.Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
 	require.NoError(t, err)
@@ -45,6 +49,11 @@ func TestWriteAckReusesPartBuffer(t *testing.T) {
 		require.NoError(t, err)
 		want, err := snap.AppendTo(nil)
 		require.NoError(t, err)
+		p.onPut = func() {
+			left, err := snap.AppendTo(nil)
+			require.NoError(t, err)
+			require.Empty(t, left, "the snapshot is released before the write")
+		}
 		require.NoError(t, writeAck(p, Ack{Checkpoint: int64(i + 1), States: map[string]statestore.Snapshot{"w": snap}}, nil, &bufs))
 		require.Equal(t, want, p.parts["op/w/0"], "checkpoint %d", i+1)
 	}
