@@ -461,11 +461,11 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, bufs *sync.Ma
 		if err != nil {
 			return err
 		}
-		if inPlace && cap(buf) <= 2*len(buf)+64<<10 {
+		if inPlace && cap(buf) <= 2*len(buf)+1<<20 {
 			// PutBuffer returned: the store holds no reference (a plain
 			// Put may keep the blob). A buffer over twice the state's
-			// size (and 64 KiB, AppendTo's smallest) is left to the
-			// garbage collector.
+			// size (plus 1 MiB, so that small parts keep theirs) is left
+			// to the garbage collector.
 			bufs.Store(name, buf[:0])
 		}
 	}

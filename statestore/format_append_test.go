@@ -71,13 +71,15 @@ func TestValueAppender(t *testing.T) {
 	checkAppender(t, []string{"x", "y"}, nil)
 }
 
-// AppendTo's buffer doubles when it runs short, rather than growing by a
-// quarter at a time, and is left alone while it has room.
+// AppendTo's buffer grows to what the key groups left are estimated to
+// need, from the ones encoded so far, and is left alone while it has room.
 func TestGrowBuffer(t *testing.T) {
-	require.GreaterOrEqual(t, cap(growBuffer(nil, 0)), 64<<10)
-	full := make([]byte, 900<<10, 1000<<10)
-	grown := growBuffer(full, 200<<10)
-	require.GreaterOrEqual(t, cap(grown), 1800<<10)
-	require.Equal(t, len(full), len(grown))
-	require.Equal(t, cap(full), cap(growBuffer(full, 100<<10)))
+	require.GreaterOrEqual(t, cap(growBuffer(nil, 0, 0, 128)), 64<<10)
+	// 10 of 100 groups took 10 MiB: room for 90 MiB more, and an eighth.
+	used := make([]byte, 10<<20, 10<<20+100)
+	grown := growBuffer(used, len(used), 10, 100)
+	require.GreaterOrEqual(t, cap(grown)-len(grown), 90<<20+(90<<20)/8)
+	require.Equal(t, len(used), len(grown))
+	roomy := make([]byte, 10<<20, 100<<20)
+	require.Equal(t, cap(roomy), cap(growBuffer(roomy, len(roomy), 10, 100)))
 }

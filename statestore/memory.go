@@ -519,28 +519,31 @@ func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
 		return dst, nil
 	}
 	w := s.blobWriter()
-	largest := 0 // blob so far
-	for gi := 0; gi < s.end-s.start; gi++ {
-		dst = growBuffer(dst, largest/2)
-		n := len(dst)
+	start, groups := len(dst), s.end-s.start
+	for gi := 0; gi < groups; gi++ {
+		dst = growBuffer(dst, len(dst)-start, gi, groups)
 		var err error
 		if dst, err = w.appendGroup(dst, gi); err != nil {
 			return dst, err
 		}
-		largest = max(largest, len(dst)-n)
 	}
 	return dst, nil
 }
 
-// growBuffer doubles dst's capacity when less than want bytes (at least
-// 4 KiB) of it are free: appending alone grows a large slice by a quarter
-// at a time, copying what it holds about four times over while a snapshot
-// of unknown size fills it; doubling copies it about once. A buffer with
-// room for the snapshot (the previous checkpoint's) is left alone.
-func growBuffer(dst []byte, want int) []byte {
-	want = max(want, 4<<10)
-	if cap(dst)-len(dst) < want {
-		return slices.Grow(dst, max(len(dst), want, 64<<10))
+// growBuffer makes room in dst for the key groups still to encode, when it
+// has too little: estimated from the used bytes of the done groups so far
+// (key groups hold about the same share of the keys), plus an eighth. A
+// buffer of unknown size thus grows about once, early, copying one key
+// group's blob rather than everything over and over (append alone grows a
+// large slice by a quarter at a time). A buffer with room (the previous
+// checkpoint's) is left alone.
+func growBuffer(dst []byte, used, done, groups int) []byte {
+	rest := 64 << 10
+	if done > 0 {
+		rest = max(rest, used/done*(groups-done))
+	}
+	if cap(dst)-len(dst) < rest {
+		return slices.Grow(dst, rest+rest/8)
 	}
 	return dst
 }
