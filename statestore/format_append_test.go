@@ -58,7 +58,7 @@ func checkAppender[S any](t *testing.T, vs ...S) {
 
 // The hand-written encodings of state values are the cbor package's bytes.
 func TestValueAppender(t *testing.T) {
-	checkAppender(t, 0, 1, -1, 23, 24, -24, -25, 255, 256, 65535, 65536, math.MaxInt64, math.MinInt64)
+	checkAppender(t, 0, 1, -1, 23, 24, -24, -25, 255, 256, 65535, 65536, math.MaxInt, math.MinInt)
 	checkAppender[int64](t, 0, 1, -1, 23, 24, -25, 1<<32, math.MaxInt64, math.MinInt64)
 	checkAppender(t, "", "a", string(bytes.Repeat([]byte("é"), 200)), "\x00\xff")
 	checkAppender(t, true, false)
