@@ -289,6 +289,9 @@ type sinkHooks struct {
 	// (live or on recovery); an error stops Commit there, as a crash
 	// between the checkpoint's completion and the commit would.
 	beforeCommit func(c committable) error
+	// commitGoroutine runs on the goroutine of a live commit, before
+	// CommitTxn; an error ends that commit there, as a crash would.
+	commitGoroutine func(c committable) error
 }
 
 var _ pipeline.TwoPhaseCommitSink = (*sink)(nil)
@@ -454,9 +457,10 @@ func (s *sink) PreCommit(ctx context.Context, id int64) ([]byte, error) {
 }
 
 // Commit commits the pre-committed transactions of the committables,
-// oldest first: with the live producer that holds the transaction, or
-// with EndTxn after a restore. Committing one again is harmless; empty
-// committables are skipped.
+// oldest first: those a producer of this run holds on a goroutine (the
+// task goes on; a failure fails the sink at its next transaction, barrier
+// or Close), restored ones with EndTxn. Committing one again is harmless;
+// empty committables are skipped.
 func (s *sink) Commit(ctx context.Context, committables [][]byte) error {
 	if s.err != nil {
 		return s.failed()
@@ -465,25 +469,22 @@ func (s *sink) Commit(ctx context.Context, committables [][]byte) error {
 		if len(b) == 0 {
 			continue
 		}
-		c, err := decodeCommittable(b)
+		cs, err := decodeCommittables(b)
 		if err != nil {
 			return s.fail(s.errorf("%w", err))
 		}
-		if s.hooks.beforeCommit != nil {
-			if err := s.hooks.beforeCommit(c); err != nil {
-				return s.fail(err)
-			}
-		}
-		if s.txn != nil {
-			if done, err := s.txn.commitLive(ctx, c); done || err != nil {
-				if err != nil {
+		for _, c := range cs {
+			if s.hooks.beforeCommit != nil {
+				if err := s.hooks.beforeCommit(c); err != nil {
 					return s.fail(err)
 				}
+			}
+			if s.txn != nil && s.txn.commitLive(c) {
 				continue
 			}
-		}
-		if err := s.recover(ctx, c); err != nil {
-			return s.fail(err)
+			if err := s.recover(ctx, c); err != nil {
+				return s.fail(err)
+			}
 		}
 	}
 	return nil
@@ -509,7 +510,9 @@ func (s *sink) Close(ctx context.Context) error {
 		s.out = nil
 	}
 	if s.txn != nil {
-		s.txn.close(ctx)
+		if err := s.txn.close(ctx); err != nil && s.err == nil {
+			errs = append(errs, s.fail(err))
+		}
 		s.txn = nil
 	}
 	if s.admin != nil {

@@ -62,10 +62,17 @@ func openKafkaSink(t testing.TB, cfg *SinkConfig, sc *pipeline.SinkContext) *sin
 }
 
 // kill stops the sink as a crash would: producers and connections go away,
-// nothing is committed or aborted.
+// nothing is committed or aborted, except that commits already handed to
+// their goroutine end first.
 func killSink(s *sink) {
 	if s.txn != nil {
 		for _, slot := range s.txn.slots {
+			if slot.state == slotCommitting {
+				if r := <-slot.renewed; r.out != nil {
+					_ = r.out.close()
+				}
+			}
+			slot.endDescribe()
 			if slot.out != nil {
 				_ = slot.out.close()
 				slot.out = nil
@@ -94,6 +101,15 @@ func sinkRecords(from, to int) []pipeline.Record {
 		out = append(out, pipeline.NewRecord(map[string]any{"n": i, "k": "key-" + strconv.Itoa(i%7)}))
 	}
 	return out
+}
+
+// sinkCommit commits the committables and waits until the commits of the
+// transactions that the sink's own producers hold are done.
+func sinkCommit(t testing.TB, s *sink, committables ...[]byte) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, s.Commit(ctx, committables))
+	require.NoError(t, s.txn.settleAll(ctx, true))
 }
 
 func sinkWrite(t testing.TB, s *sink, from, to int) {
@@ -296,7 +312,8 @@ func TestKafkaSinkExactlyOnce(t *testing.T) {
 	require.True(t, txnBlocked(t, brokers, topic), "a pre-committed transaction is not visible before its checkpoint completes")
 
 	sinkWrite(t, s, 100, 150) // after the barrier of checkpoint 2: the next transaction
-	require.NoError(t, s.Commit(ctx, [][]byte{c2}))
+	require.NoError(t, s.Flush(ctx))
+	sinkCommit(t, s, c2)
 	require.True(t, txnBlocked(t, brokers, topic), "the open transaction after the barrier stays invisible")
 
 	require.NoError(t, s.Close(ctx)) // a failure: the open transaction is aborted
@@ -410,11 +427,11 @@ func TestKafkaSinkTransactionPool(t *testing.T) {
 	}
 	require.Len(t, ids, 3, "each outstanding transaction has its own transactional id")
 
-	require.NoError(t, s.Commit(ctx, [][]byte{c1, c2}))
+	sinkCommit(t, s, c1, c2)
 	sinkWrite(t, s, 30, 40) // reuses the id of checkpoint 1
 	c4 := sinkPreCommit(t, s, 4)
 	require.True(t, txnBlocked(t, brokers, topic))
-	require.NoError(t, s.Commit(ctx, [][]byte{c3, c4}))
+	sinkCommit(t, s, c3, c4)
 	require.Equal(t, intRange(0, 40), sinkNs(t, readCommittedAll(t, brokers, topic)))
 
 	sinkWrite(t, s, 40, 41)
@@ -426,6 +443,55 @@ func TestKafkaSinkTransactionPool(t *testing.T) {
 	err := s.Write(ctx, sinkRecords(43, 44))
 	require.ErrorIs(t, err, ErrNoFreeTransactionalID)
 	require.ErrorContains(t, err, "checkpoint 5")
+}
+
+// TestKafkaSinkCarriesCommitsInProgress: a transaction whose commit has
+// not been confirmed at the next barrier rides along in that barrier's
+// committable. Live, committing that committable does not commit it again;
+// after a crash that came before the commit, restoring the later
+// checkpoint alone commits both.
+func TestKafkaSinkCarriesCommitsInProgress(t *testing.T) {
+	brokers := testBrokers(t)
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			topic := testTopic(t, brokers, 2)
+			cfg := loadKafkaSink(t, brokers, "topic: "+topic+"\nkey: k")
+			s := openKafkaSink(t, cfg, sinkCheckpointing(0, 1))
+			started, release := make(chan committable, 1), make(chan error)
+			t.Cleanup(func() { close(release) }) // before the sink's Close, which waits for the commit
+			s.hooks.commitGoroutine = func(c committable) error {
+				started <- c
+				return <-release
+			}
+
+			sinkWrite(t, s, 0, 10)
+			c1 := sinkPreCommit(t, s, 1)
+			require.NoError(t, s.Commit(context.Background(), [][]byte{c1}))
+			first := <-started // the commit of checkpoint 1 is in progress
+			sinkWrite(t, s, 10, 20)
+			c2 := sinkPreCommit(t, s, 2)
+			cs, err := decodeCommittables(c2)
+			require.NoError(t, err)
+			require.Len(t, cs, 2, "checkpoint 2 carries the transaction of checkpoint 1")
+			require.Equal(t, first, cs[0])
+			require.Equal(t, int64(2), cs[1].Checkpoint)
+			require.True(t, txnBlocked(t, brokers, topic))
+
+			if !crash {
+				release <- nil
+				s.hooks.commitGoroutine = nil
+				sinkCommit(t, s, c2)
+				require.Equal(t, intRange(0, 20), sinkNs(t, readCommittedAll(t, brokers, topic)))
+				return
+			}
+			release <- errSimulatedCrash // checkpoint 1's commit never happens
+			killSink(s)
+			require.True(t, txnBlocked(t, brokers, topic))
+			openKafkaSink(t, cfg, sinkCheckpointing(0, 1, c2))
+			require.Equal(t, intRange(0, 20), sinkNs(t, readCommittedAll(t, brokers, topic)),
+				"restoring checkpoint 2 commits checkpoint 1's transaction as well")
+		})
+	}
 }
 
 // TestKafkaSinkRescaleAbortsLingering: after the parallelism went down,
@@ -464,8 +530,7 @@ func TestKafkaSinkUpsertTombstones(t *testing.T) {
 		{"sensor": "a", "n": 2, "_op": "-D"},
 	}
 	require.NoError(t, s.Write(context.Background(), conntest.Records(rows...)))
-	c := sinkPreCommit(t, s, 1)
-	require.NoError(t, s.Commit(context.Background(), [][]byte{c}))
+	sinkCommit(t, s, sinkPreCommit(t, s, 1))
 
 	got := map[string][]string{}
 	for _, m := range readCommittedAll(t, brokers, topic) {
@@ -731,8 +796,8 @@ func BenchmarkKafkaSink(b *testing.B) {
 }
 
 // TestKafkaSinkTransactionTimeoutIsLoud: a pre-committed transaction that
-// Kafka aborted after transaction_timeout fails the commit with
-// ErrTransactionLost, and so does the restore where the coordinator still
+// Kafka aborted after transaction_timeout fails the sink with
+// ErrTransactionLost once its commit ran, and so does the restore where the coordinator still
 // reports the abort (Apache Kafka does; the in-process broker keeps no
 // completed transaction state, so there the restore cannot tell).
 func TestKafkaSinkTransactionTimeoutIsLoud(t *testing.T) {
@@ -753,8 +818,8 @@ func TestKafkaSinkTransactionTimeoutIsLoud(t *testing.T) {
 		require.NoError(t, err)
 		return st.TransactionState != "Ongoing"
 	}, time.Minute, 50*time.Millisecond, "Kafka aborts a transaction older than transaction_timeout")
-	require.ErrorIs(t, s.Commit(context.Background(), [][]byte{c}), ErrTransactionLost)
-	killSink(s)
+	require.NoError(t, s.Commit(context.Background(), [][]byte{c}), "the commit runs on a goroutine")
+	require.ErrorIs(t, s.Close(context.Background()), ErrTransactionLost, "Close reports the failed commit")
 
 	restored := sinkCheckpointing(0, 1, c)
 	restored.Checkpoint = nil

@@ -18,19 +18,26 @@ import (
 
 // Exactly-once (DESIGN.md §4, Flink's KafkaSink): one Kafka transaction per
 // checkpoint and sink subtask. The first record after a barrier begins a
-// transaction on a free transactional id of the subtask's pool; PreCommit
-// at the next barrier waits for every record's acknowledgement and learns
-// the transaction's producer id, epoch and start time from
-// DescribeTransactions: that is the committable the checkpoint stores.
-// When the checkpoint completes, Commit commits it with the producer that
-// holds it; after a crash, the restore commits the restored committables
+// transaction on a free transactional id of the subtask's pool; once its
+// first record is acknowledged, the transaction is Ongoing at its
+// coordinator and a goroutine learns its producer id, epoch and start time
+// from DescribeTransactions, off the task goroutine. PreCommit at the next
+// barrier waits for every record's acknowledgement and for that answer:
+// that is the committable the checkpoint stores.
+// When the checkpoint completes, Commit hands the transaction to a
+// goroutine that commits it with the producer that holds it and then
+// starts the id's next producer; the task goes on at once. Until that
+// commit is confirmed, every committable the sink returns carries the
+// transaction too, so a checkpoint taken meanwhile still commits it after
+// a crash; a failed commit fails the sink at its next transaction, barrier
+// or Close. After a crash, the restore commits the restored committables
 // with EndTxn from the committable alone, before any producer of the new
 // run touches those ids.
 //
 // The pool: the transactional ids of subtask k are
 // <prefix>-<sink id>-<k>-<slot>, slot 0..K-1 with K = checkpoint
 // max_concurrent + tolerable_failures + 2. A transaction waits from its
-// barrier until a checkpoint at or after it completes: at most
+// barrier until its commit is confirmed: at most
 // max_concurrent checkpoints are in flight, each with a pre-committed
 // transaction; up to tolerable_failures failed ones leave theirs to the next
 // completed checkpoint; the notification of a completed checkpoint may
@@ -69,9 +76,12 @@ const errTransactionalIDNotFound sarama.KError = 105
 // committableVersion is the version of the committable encoding.
 const committableVersion = 1
 
-// committable is what PreCommit returns: a CBOR array
+// committable is one pre-committed transaction: a CBOR array
 // [version, transactional id, producer id, producer epoch, checkpoint id,
-// transaction start time (epoch ms, the coordinator's clock)].
+// transaction start time (epoch ms, the coordinator's clock)]. PreCommit
+// returns one committable, or, when transactions whose commit is not yet
+// confirmed ride along, a CBOR array of committables (decodeCommittables
+// reads both).
 type committable struct {
 	_          struct{} `cbor:",toarray"`
 	V          int
@@ -104,6 +114,46 @@ func decodeCommittable(b []byte) (committable, error) {
 	return c, nil
 }
 
+// encodeCommittables encodes the committables PreCommit returns: one as a
+// single committable, several as an array of them, none as no bytes.
+func encodeCommittables(cs []committable) ([]byte, error) {
+	switch len(cs) {
+	case 0:
+		return []byte{}, nil
+	case 1:
+		return cs[0].encode()
+	}
+	b, err := cbor.Marshal(cs)
+	if err != nil {
+		return nil, fmt.Errorf("encode committables: %w", err)
+	}
+	return b, nil
+}
+
+// decodeCommittables reads what encodeCommittables wrote.
+func decodeCommittables(b []byte) ([]committable, error) {
+	var items []cbor.RawMessage
+	if err := cbor.Unmarshal(b, &items); err != nil {
+		return nil, fmt.Errorf("decode committable: %w (was the checkpoint written by another sink type?)", err)
+	}
+	if len(items) == 0 || items[0][0]>>5 != 4 { // not an array of arrays: one committable
+		c, err := decodeCommittable(b)
+		if err != nil {
+			return nil, err
+		}
+		return []committable{c}, nil
+	}
+	cs := make([]committable, 0, len(items))
+	for _, it := range items {
+		c, err := decodeCommittable(it)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
 // poolSize returns K, the number of transactional ids of a subtask.
 func poolSize(cp *pipeline.CheckpointSpec) int {
 	if cp == nil {
@@ -125,23 +175,40 @@ func (s *sink) txnPrefix(pipelineName string) string {
 type slotState int
 
 const (
-	slotIdle     slotState = iota // no transaction
-	slotOpen                      // records since the last barrier
-	slotPending                   // pre-committed, waiting for its checkpoint
-	slotRenewing                  // committed; its next producer is starting
+	slotIdle       slotState = iota // no transaction
+	slotOpen                        // records since the last barrier
+	slotPending                     // pre-committed, waiting for its checkpoint
+	slotCommitting                  // being committed; then its next producer starts
 )
 
 // txnSlot is one transactional id of the pool with its own client and
 // producer.
 type txnSlot struct {
-	index   int
-	id      string
-	client  sarama.Client
-	out     *output
-	state   slotState
-	pending committable
-	// renewed delivers the new producer of a slot in slotRenewing.
+	index  int
+	id     string
+	client sarama.Client
+	out    *output
+	state  slotState
+	// pending is the transaction of a slot in slotPending or
+	// slotCommitting; committed the last one this run committed on it.
+	pending   committable
+	committed committable
+	// described delivers the state of the open transaction, learnt once
+	// its first record was acknowledged; stopDescribe ends the goroutine
+	// that waits for that, which closes describeDone when it returns.
+	described    chan described
+	stopDescribe context.CancelFunc
+	describeDone chan struct{}
+	// renewed delivers the outcome of a slot in slotCommitting: the new
+	// producer, or why the commit or the new producer failed.
 	renewed chan renewal
+}
+
+// described is the outcome of the background DescribeTransactions of an
+// open transaction.
+type described struct {
+	st  sarama.TransactionState
+	err error
 }
 
 // renewal is the outcome of a slot's producer renewal.
@@ -171,11 +238,11 @@ func (s *sink) openPool(ctx context.Context, sc *pipeline.SinkContext) (*txnPool
 		slot := &txnSlot{index: i, id: prefix + strconv.Itoa(sc.Subtask) + "-" + strconv.Itoa(i)}
 		pool.slots = append(pool.slots, slot)
 		if err := ctx.Err(); err != nil {
-			pool.close(ctx)
+			_ = pool.close(ctx)
 			return nil, err
 		}
 		if err := s.startSlot(slot); err != nil {
-			pool.close(ctx)
+			_ = pool.close(ctx)
 			return nil, err
 		}
 	}
@@ -208,27 +275,41 @@ func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 	return newOutput(p, true), nil
 }
 
-// renew replaces the slot's producer after its transaction committed, on a
-// goroutine of its own: right after a commit the coordinator is still
-// writing the transaction's markers and answers the new producer's
-// InitProducerId with CONCURRENT_TRANSACTIONS until it is done, which the
-// task must not wait for. The slot is free again once settle took the new
-// producer.
-func (s *sink) renew(slot *txnSlot) {
-	old := slot.out
-	slot.out, slot.state = nil, slotRenewing
-	slot.renewed = make(chan renewal, 1)
+// commitAsync commits the slot's pending transaction and replaces its
+// producer, on a goroutine of its own: EndTxn takes a round trip to the
+// coordinator, and right after a commit the coordinator is still writing
+// the transaction's markers and answers the new producer's InitProducerId
+// with CONCURRENT_TRANSACTIONS until it is done; the task waits for
+// neither. settle takes the outcome.
+func (s *sink) commitAsync(slot *txnSlot) {
+	old, c := slot.out, slot.pending
+	slot.out, slot.state = nil, slotCommitting
+	done := make(chan renewal, 1)
+	slot.renewed = done
 	go func() {
+		if h := s.hooks.commitGoroutine; h != nil {
+			if err := h(c); err != nil {
+				_ = old.close()
+				done <- renewal{err: err}
+				return
+			}
+		}
+		if err := old.p.CommitTxn(); err != nil {
+			err = s.commitFailed(context.Background(), c, err)
+			_ = old.close()
+			done <- renewal{err: err}
+			return
+		}
 		_ = old.close()
 		out, err := s.newProducer(slot)
-		slot.renewed <- renewal{out: out, err: err}
+		done <- renewal{out: out, err: err}
 	}()
 }
 
-// settle takes the new producer of a renewing slot when it is ready, or
-// waits for it when wait is set; it reports a failed renewal.
+// settle takes the outcome of a committing slot when it is ready, or waits
+// for it when wait is set; it reports a failed commit or renewal.
 func (s *sink) settle(ctx context.Context, slot *txnSlot, wait bool) error {
-	if slot.state != slotRenewing {
+	if slot.state != slotCommitting {
 		return nil
 	}
 	var r renewal
@@ -247,9 +328,22 @@ func (s *sink) settle(ctx context.Context, slot *txnSlot, wait bool) error {
 	}
 	slot.renewed = nil
 	if r.err != nil {
+		slot.state = slotIdle // without a producer: the sink fails
 		return r.err
 	}
 	slot.out, slot.state = r.out, slotIdle
+	slot.committed, slot.pending = slot.pending, committable{}
+	return nil
+}
+
+// settleAll takes the outcomes of finished commits, waiting for those in
+// progress when wait is set.
+func (p *txnPool) settleAll(ctx context.Context, wait bool) error {
+	for _, slot := range p.slots {
+		if err := p.s.settle(ctx, slot, wait); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -265,7 +359,7 @@ func txnHint(err error) string {
 
 // current returns the producer of the open transaction, beginning one on
 // the next free transactional id when none is open; when the only free ids
-// are still renewing their producers, it waits for the first of them.
+// are still being committed, it waits for the first of them.
 func (p *txnPool) current(ctx context.Context) (*output, error) {
 	if p.cur != nil {
 		return p.cur, nil
@@ -281,6 +375,7 @@ func (p *txnPool) current(ctx context.Context) (*output, error) {
 		}
 		slot.state = slotOpen
 		p.open, p.cur = slot, slot.out
+		p.s.describeWhenOngoing(slot)
 		p.next = (slot.index + 1) % n
 		return p.cur, nil
 	}
@@ -294,8 +389,8 @@ func (p *txnPool) current(ctx context.Context) (*output, error) {
 }
 
 // free returns the next idle slot, in pool order from p.next, taking the
-// producers of finished renewals; when none is idle it waits for a renewal
-// in progress. Nil when every slot holds a pre-committed transaction.
+// outcomes of finished commits; when none is idle it waits for a commit in
+// progress. Nil when every slot holds a pre-committed transaction.
 func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
 	n := len(p.slots)
 	var renewing *txnSlot
@@ -307,7 +402,7 @@ func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
 		switch slot.state {
 		case slotIdle:
 			return slot, nil
-		case slotRenewing:
+		case slotCommitting:
 			if renewing == nil {
 				renewing = slot
 			}
@@ -322,23 +417,79 @@ func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
 	return renewing, nil
 }
 
+// describeWhenOngoing starts the goroutine that learns the state of the
+// slot's new transaction: a transaction is Ongoing at its coordinator, with
+// its start time fixed, from the AddPartitionsToTxn that comes before its
+// first record, so the first acknowledgement is the moment to ask.
+func (s *sink) describeWhenOngoing(slot *txnSlot) {
+	ctx, cancel := context.WithCancel(context.Background())
+	slot.described, slot.stopDescribe, slot.describeDone = make(chan described, 1), cancel, make(chan struct{})
+	first, ch, done := slot.out.firstAck, slot.described, slot.describeDone
+	go func() {
+		defer close(done)
+		select {
+		case <-first:
+		case <-ctx.Done():
+			return
+		}
+		st, err := s.describeTxn(ctx, slot.id)
+		ch <- described{st: st, err: err}
+	}()
+}
+
+// endDescribe stops the slot's describe goroutine and waits until it
+// returned (it uses the sink's client, which Close closes).
+func (slot *txnSlot) endDescribe() {
+	if slot.stopDescribe != nil {
+		slot.stopDescribe()
+		<-slot.describeDone
+	}
+	slot.described, slot.stopDescribe, slot.describeDone = nil, nil, nil
+}
+
 // preCommit ends the open transaction's part of checkpoint id (its records
 // are acknowledged: sink.PreCommit flushed) and returns its committable.
+// The transaction's state normally was learnt in the background; only a
+// transaction whose records all failed to be acknowledged is described
+// here.
 func (p *txnPool) preCommit(ctx context.Context, id int64) ([]byte, error) {
+	if err := p.settleAll(ctx, false); err != nil {
+		return nil, err
+	}
+	var cs []committable
+	for _, slot := range p.slots {
+		if slot.state == slotCommitting {
+			cs = append(cs, slot.pending)
+		}
+	}
 	slot := p.open
 	if slot == nil {
-		return []byte{}, nil
+		return encodeCommittables(cs)
 	}
-	st, err := p.s.describeTxn(ctx, slot.id)
+	var d described
+	select {
+	case <-slot.out.firstAck:
+		select {
+		case d = <-slot.described:
+		case <-ctx.Done():
+			return nil, p.s.errorf("pre-commit at checkpoint %d: %w", id, ctx.Err())
+		}
+	default:
+		d.st, d.err = p.s.describeTxn(ctx, slot.id)
+	}
+	slot.endDescribe()
+	st, err := d.st, d.err
 	if err != nil {
 		return nil, p.s.errorf("pre-commit at checkpoint %d: %w", id, err)
 	}
+	// A transaction Kafka aborts after this answer (transaction_timeout)
+	// fails its commit: commitFailed and recover tell ErrTransactionLost.
 	if st.TransactionState != "Ongoing" {
 		return nil, p.s.errorf("pre-commit at checkpoint %d: transaction of %q is %s, not Ongoing: Kafka ended it (did it run longer than transaction_timeout?)",
 			id, slot.id, st.TransactionState)
 	}
 	c := committable{V: committableVersion, TxnID: slot.id, ProducerID: st.ProducerID, Epoch: st.ProducerEpoch, Checkpoint: id, Start: st.TransactionStartTime}
-	b, err := c.encode()
+	b, err := encodeCommittables(append(cs, c))
 	if err != nil {
 		return nil, p.s.errorf("%w", err)
 	}
@@ -347,25 +498,21 @@ func (p *txnPool) preCommit(ctx context.Context, id int64) ([]byte, error) {
 	return b, nil
 }
 
-// commitLive commits c with the producer that holds it, when one does
-// (done false otherwise), and renews that producer for the id's next
-// transaction.
-func (p *txnPool) commitLive(ctx context.Context, c committable) (done bool, err error) {
-	var slot *txnSlot
-	for _, sl := range p.slots {
-		if sl.state == slotPending && sl.pending == c {
-			slot = sl
+// commitLive starts the commit of c when a producer of this run holds
+// it, and tells whether c is this run's: pending (its commit starts now),
+// being committed, or committed. A committable that is not this run's was
+// restored: the caller recovers it.
+func (p *txnPool) commitLive(c committable) (mine bool) {
+	for _, slot := range p.slots {
+		switch {
+		case slot.state == slotPending && slot.pending == c:
+			p.s.commitAsync(slot)
+			return true
+		case slot.state == slotCommitting && slot.pending == c, slot.committed == c:
+			return true
 		}
 	}
-	if slot == nil {
-		return false, nil
-	}
-	if err := slot.out.p.CommitTxn(); err != nil {
-		return true, p.s.commitFailed(ctx, c, err)
-	}
-	slot.pending = committable{}
-	p.s.renew(slot)
-	return true, nil
+	return false
 }
 
 // commitFailed explains a failed commit of c with its live producer. The
@@ -381,9 +528,10 @@ func (s *sink) commitFailed(ctx context.Context, c committable, err error) error
 	return s.errorf("commit the transaction of checkpoint %d on %q: %w", c.Checkpoint, c.TxnID, err)
 }
 
-// close aborts the open transaction and stops every producer; pending
-// transactions stay for the restore.
-func (p *txnPool) close(ctx context.Context) {
+// close aborts the open transaction, waits for the commits in progress and
+// stops every producer; pending transactions stay for the restore. It
+// returns the first failed commit.
+func (p *txnPool) close(ctx context.Context) error {
 	if slot := p.open; slot != nil && slot.out != nil {
 		if err := slot.out.flush(ctx); err == nil {
 			if err := slot.out.p.AbortTxn(); err != nil {
@@ -393,10 +541,15 @@ func (p *txnPool) close(ctx context.Context) {
 		}
 	}
 	p.open, p.cur = nil, nil
+	var first error
 	for _, slot := range p.slots {
-		if slot.state == slotRenewing {
-			r := <-slot.renewed // the renewal goroutine always delivers
+		slot.endDescribe()
+		if slot.state == slotCommitting {
+			r := <-slot.renewed // the commit goroutine always delivers
 			slot.out, slot.renewed = r.out, nil
+			if r.err != nil && first == nil {
+				first = r.err
+			}
 		}
 		if slot.out != nil {
 			_ = slot.out.close()
@@ -407,6 +560,7 @@ func (p *txnPool) close(ctx context.Context) {
 			slot.client = nil
 		}
 	}
+	return first
 }
 
 // recoverAll commits the restored committables, oldest first.
@@ -415,17 +569,19 @@ func (s *sink) recoverAll(ctx context.Context, committables [][]byte) error {
 		if len(b) == 0 {
 			continue
 		}
-		c, err := decodeCommittable(b)
+		cs, err := decodeCommittables(b)
 		if err != nil {
 			return s.errorf("restore: %w", err)
 		}
-		if s.hooks.beforeCommit != nil {
-			if err := s.hooks.beforeCommit(c); err != nil {
+		for _, c := range cs {
+			if s.hooks.beforeCommit != nil {
+				if err := s.hooks.beforeCommit(c); err != nil {
+					return err
+				}
+			}
+			if err := s.recover(ctx, c); err != nil {
 				return err
 			}
-		}
-		if err := s.recover(ctx, c); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -677,14 +833,22 @@ type output struct {
 	wake     chan struct{} // signalled when inflight reaches 0 or a record fails
 	free     chan *sarama.ProducerMessage
 	done     sync.WaitGroup
+	// firstAck is closed at the first acknowledged record; acked1 (only
+	// the successes goroutine's) tells that it was.
+	firstAck chan struct{}
+	acked1   bool
 }
 
 func newOutput(p sarama.AsyncProducer, acks bool) *output {
-	o := &output{p: p, acks: acks, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024)}
+	o := &output{p: p, acks: acks, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024), firstAck: make(chan struct{})}
 	if acks {
 		o.done.Go(func() {
 			for m := range p.Successes() {
 				o.recycle(m)
+				if !o.acked1 {
+					o.acked1 = true
+					close(o.firstAck)
+				}
 				o.acked()
 			}
 		})
