@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
@@ -37,7 +38,14 @@ var topicSeq atomic.Int64
 // broker outlives tests) and returns its name.
 func testTopic(t testing.TB, brokers []string, partitions int32) string {
 	t.Helper()
-	name := fmt.Sprintf("eddy-%s-%d-%d", strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-"), time.Now().UnixNano(), topicSeq.Add(1))
+	// Kafka allows ASCII letters, digits, '.', '_' and '-' in topic names.
+	test := strings.Map(func(r rune) rune {
+		if r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-') {
+			return unicode.ToLower(r)
+		}
+		return '-'
+	}, t.Name())
+	name := fmt.Sprintf("eddy-%s-%d-%d", test, time.Now().UnixNano(), topicSeq.Add(1))
 	if len(name) > 200 {
 		name = name[len(name)-200:]
 	}
