@@ -260,6 +260,9 @@ func TestSavepointCommand(t *testing.T) {
 	code, body = httpDo(t, http.MethodGet, base+"/metrics", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Regexp(t, `(?m)^eddy_records_out_total\{id="numbers",subtask="0"\} [1-9]`, body)
+	code, body = httpDo(t, http.MethodGet, base+"/debug/pprof/goroutine?debug=1", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine profile: total")
 	code, body = httpDo(t, http.MethodGet, base+"/savepoints", nil)
 	require.Equal(t, http.StatusOK, code)
 	var l savepointList

@@ -7,6 +7,10 @@
 #   scripts/bench-kafka.sh                       # starts a broker (scripts/kafka-it.sh), stops it after
 #   KAFKA_BROKERS=host:9092 scripts/bench-kafka.sh   # an existing broker
 #   scripts/bench-kafka.sh -records 500000 -runs 5   # flags go to bench/kafkabench
+#   BROKER_CPUS=1 EDDY_CPUS=0 scripts/bench-kafka.sh   # broker and eddy on CPUs of their own (taskset)
+#
+# When the script starts the broker, it also reports the broker's CPU time
+# per run (and adds it to the CPU comparison of the two modes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,11 +22,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+pin_broker=() pin_eddy=() extra=()
+if [[ -n ${BROKER_CPUS:-} ]]; then pin_broker=(taskset -c "$BROKER_CPUS"); fi
+if [[ -n ${EDDY_CPUS:-} ]]; then pin_eddy=(taskset -c "$EDDY_CPUS"); fi
 if [[ -z ${KAFKA_BROKERS:-} ]]; then
-	line=$(scripts/kafka-it.sh --start-only | grep '^KAFKA_BROKERS=')
+	line=$("${pin_broker[@]}" scripts/kafka-it.sh --start-only | grep '^KAFKA_BROKERS=')
 	started=1
 	export "${line?}"
+	pidfile=.kafka/data-${KAFKA_BROKERS##*:}/pid
+	if [[ -r $pidfile ]]; then extra=(-broker-pid "$(cat "$pidfile")"); fi
 fi
 go build -o "$work/eddy" .
 go build -o "$work/kafkabench" ./bench/kafkabench
-"$work/kafkabench" -brokers "$KAFKA_BROKERS" -eddy "$work/eddy" "$@"
+"${pin_eddy[@]}" "$work/kafkabench" -brokers "$KAFKA_BROKERS" -eddy "$work/eddy" "${extra[@]}" "$@"

@@ -24,6 +24,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -34,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -49,6 +51,7 @@ var (
 	size       = flag.Int("size", 1024, "approximate record size in bytes")
 	partitions = flag.Int("partitions", 3, "partitions of the topics")
 	runs       = flag.Int("runs", 3, "throughput runs per mode (best reported)")
+	brokerPid  = flag.Int("broker-pid", 0, "the broker's process id, to report its CPU time per run (Linux)")
 	warmup     = flag.Int("warmup", 1, "pairs of runs before the measured ones, not counted (the broker's JIT warms up)")
 	par        = flag.Int("parallelism", 2, "pipeline parallelism")
 	interval   = flag.Duration("checkpoint", 100*time.Millisecond, "checkpoint interval")
@@ -73,6 +76,7 @@ func main() {
 
 	best := map[string]time.Duration{}
 	var ratios []float64
+	cpus := map[string][]float64{} // eddy + broker CPU seconds per run
 	for r := 1 - *warmup; r <= *runs; r++ {
 		// The pair's order alternates, so that a machine that speeds up or
 		// slows down during the command favours neither mode.
@@ -84,7 +88,9 @@ func main() {
 		for _, mode := range order {
 			out := fmt.Sprintf("bench-out-%s-%d-%d", mode, stamp, r+*warmup)
 			createTopic(bs, out)
-			d := runThroughput(in, out, mode, fmt.Sprintf("bench-%d-%d", stamp, r+*warmup))
+			b0 := brokerCPU()
+			d, cpu := runThroughput(in, out, mode, fmt.Sprintf("bench-%d-%d", stamp, r+*warmup))
+			bcpu := brokerCPU() - b0
 			if n := countCommitted(bs, out); n != *records {
 				log.Fatalf("%s run %d: the output topic holds %d records, want %d", mode, r, n, *records)
 			}
@@ -92,8 +98,12 @@ func main() {
 			if r < 1 {
 				label = "warm-up"
 			}
-			fmt.Printf("%-7s %-13s %8d ms  %10.0f records/s\n", label, mode, d.Milliseconds(), float64(*records)/d.Seconds())
+			fmt.Printf("%-7s %-13s %8d ms  %10.0f records/s  cpu: eddy %5d ms, broker %5d ms\n", label, mode, d.Milliseconds(), float64(*records)/d.Seconds(),
+				cpu.Milliseconds(), bcpu.Milliseconds())
 			took[mode] = d
+			if r >= 1 {
+				cpus[mode] = append(cpus[mode], (cpu + bcpu).Seconds())
+			}
 		}
 		if r < 1 {
 			continue
@@ -107,16 +117,18 @@ func main() {
 	}
 	alo := float64(*records) / best["at_least_once"].Seconds()
 	eo := float64(*records) / best["exactly_once"].Seconds()
-	slices.Sort(ratios)
-	median := ratios[len(ratios)/2]
-	if len(ratios)%2 == 0 {
-		median = (ratios[len(ratios)/2-1] + median) / 2
-	}
+	mid := median(ratios)
 	fmt.Printf("\nthroughput, best of %d runs (after %d warm-up pairs), %d records of ~%d bytes, parallelism %d, checkpoints every %s\n", *runs, *warmup, *records, *size, *par, *interval)
 	fmt.Printf("at_least_once  %10.0f records/s\n", alo)
 	fmt.Printf("exactly_once   %10.0f records/s\n", eo)
 	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), best of each\n", eo/alo, 100*(1-eo/alo))
-	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), median of the %d pairs' ratios (each pair ran back to back)\n", median, 100*(1-median), len(ratios))
+	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), median of the %d pairs' ratios (each pair ran back to back)\n", mid, 100*(1-mid), len(ratios))
+	what := "eddy"
+	if *brokerPid > 0 {
+		what = "eddy + broker"
+	}
+	ca, ce := median(cpus["at_least_once"]), median(cpus["exactly_once"])
+	fmt.Printf("CPU per run (%s), median: at_least_once %.2f s, exactly_once %.2f s: exactly_once costs %.1f%% more\n", what, ca, ce, 100*(ce/ca-1))
 
 	if *seconds > 0 {
 		fmt.Printf("\nlatency at %d records/s for %ds (produce -> visible to a read_committed consumer)\n", *rate, *seconds)
@@ -222,7 +234,9 @@ func writePipeline(dir, name, in, out, mode, startFrom, extra string) string {
 	return path
 }
 
-func runThroughput(in, out, mode, name string) time.Duration {
+// runThroughput runs one bounded pipeline and returns its wall time and the
+// CPU time (user + system) of the eddy process.
+func runThroughput(in, out, mode, name string) (wall, cpu time.Duration) {
 	dir, err := os.MkdirTemp("", "kafkabench-")
 	if err != nil {
 		log.Fatal(err)
@@ -237,7 +251,34 @@ func runThroughput(in, out, mode, name string) time.Duration {
 	if err := cmd.Run(); err != nil {
 		log.Fatalf("eddy run (%s): %v", mode, err)
 	}
-	return time.Since(start)
+	return time.Since(start), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+// brokerCPU returns the CPU time the broker process used so far, read from
+// /proc (Linux); 0 without -broker-pid.
+func brokerCPU() time.Duration {
+	if *brokerPid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", *brokerPid))
+	if err != nil {
+		log.Fatalf("-broker-pid: %v", err)
+	}
+	// Fields after the command name, which ends with the last ')':
+	// utime and stime are fields 14 and 15, in clock ticks (100 per s).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Sorted(slices.Values(xs))
+	m := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		m = (xs[len(xs)/2-1] + m) / 2
+	}
+	return m
 }
 
 // consumer reads every partition of topic read_committed from the oldest
