@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	stdjson "encoding/json"
 	"fmt"
 	"math"
@@ -186,10 +187,27 @@ const hexDigits = "0123456789abcdef"
 
 // appendString quotes s like encoding/json without HTML escaping: invalid
 // UTF-8 becomes \ufffd, U+2028 and U+2029 are escaped.
+// plain8 tells whether none of the eight bytes of x needs escaping or
+// UTF-8 checking: each is in [0x20, 0x80) and is neither '"' nor '\\'
+// (the usual SWAR tests for a zero or small byte).
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasLess := func(v uint64, n uint64) uint64 { return (v - ones*n) & ^v & highs }
+	return (x&highs)|hasLess(x, 0x20)|hasLess(x^(ones*'"'), 1)|hasLess(x^(ones*'\\'), 1) == 0
+}
+
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look: no control
+		// character, quote, backslash or non-ASCII byte.
+		for i+8 <= len(s) && plain8(binary.LittleEndian.Uint64([]byte(s[i:i+8]))) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {

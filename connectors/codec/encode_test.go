@@ -60,6 +60,22 @@ func TestJSONEncoderErrors(t *testing.T) {
 	require.EqualError(t, err, "json: unsupported value: NaN")
 }
 
+// TestJSONEncoderEveryByte puts each byte value at each position of a
+// string long enough for the eight-byte fast path, and at its end.
+func TestJSONEncoderEveryByte(t *testing.T) {
+	var e JSONEncoder
+	for b := range 256 {
+		for pos := range 17 {
+			s := []byte("abcdefghijklmnopq")
+			s[pos] = byte(b)
+			fields := map[string]any{"s": string(s)}
+			got, err := e.Append(nil, fields)
+			require.NoError(t, err)
+			require.Equal(t, stdEncode(t, fields), string(got), "byte %#x at %d", b, pos)
+		}
+	}
+}
+
 func FuzzJSONEncoder(f *testing.F) {
 	f.Add("héllo\x00<\u2028", 1.5, int64(3))
 	f.Add("\xff\xfe", 1e-7, int64(-1))
@@ -107,19 +123,23 @@ func TestCSVEncoder(t *testing.T) {
 }
 
 func BenchmarkJSONEncoder(b *testing.B) {
-	fields := map[string]any{"id": 12345.0, "ts": 1700000000000.0, "temp": 21.5, "temp_c": -5.833333333333333}
-	b.Run("eddy", func(b *testing.B) {
-		var e JSONEncoder
-		var buf []byte
-		b.ReportAllocs()
-		for b.Loop() {
-			buf, _ = e.Append(buf[:0], fields)
-		}
-	})
-	b.Run("encoding_json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, _ = stdjson.Marshal(fields)
-		}
-	})
+	for name, fields := range map[string]map[string]any{
+		"numbers":    {"id": 12345.0, "ts": 1700000000000.0, "temp": 21.5, "temp_c": -5.833333333333333},
+		"string_1KB": {"id": 12345.0, "pad": strings.Repeat("abcdefghij", 100)},
+	} {
+		b.Run(name+"/eddy", func(b *testing.B) {
+			var e JSONEncoder
+			var buf []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				buf, _ = e.Append(buf[:0], fields)
+			}
+		})
+		b.Run(name+"/encoding_json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = stdjson.Marshal(fields)
+			}
+		})
+	}
 }
