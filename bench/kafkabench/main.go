@@ -52,7 +52,7 @@ var (
 	partitions = flag.Int("partitions", 3, "partitions of the topics")
 	runs       = flag.Int("runs", 3, "throughput runs per mode (best reported)")
 	brokerPid  = flag.Int("broker-pid", 0, "the broker's process id, to report its CPU time per run (Linux)")
-	warmup     = flag.Int("warmup", 1, "pairs of runs before the measured ones, not counted (the broker's JIT warms up)")
+	warmup     = flag.Int("warmup", 3, "pairs of runs before the measured ones, not counted (the broker's JIT warms up)")
 	par        = flag.Int("parallelism", 2, "pipeline parallelism")
 	interval   = flag.Duration("checkpoint", 100*time.Millisecond, "checkpoint interval")
 	rate       = flag.Int("rate", 5000, "records/s of the latency runs")
