@@ -483,14 +483,24 @@ type aggRow struct {
 	raw []byte
 }
 
-// MarshalCBOR encodes the row for a snapshot (statestore encodes values
-// with fxamacker/cbor, which calls it).
+// MarshalCBOR encodes the row; snapshots use AppendCBOR.
 func (a *aggRow) MarshalCBOR() ([]byte, error) {
 	if a.row == nil {
 		return a.raw, nil
 	}
 	return a.row.MarshalCBOR()
 }
+
+// AppendCBOR appends what MarshalCBOR returns to dst: snapshots encode one
+// row per key straight into their buffer (statestore.CBORAppender).
+func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
+	if a.row == nil {
+		return append(dst, a.raw...), nil
+	}
+	return a.row.AppendCBOR(dst)
+}
+
+var _ statestore.CBORAppender = (*aggRow)(nil)
 
 // UnmarshalCBOR keeps a restored row's encoding; the operator decodes it
 // against its specs on first use.

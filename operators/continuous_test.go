@@ -684,3 +684,21 @@ func TestChangelogDocExamplesLoad(t *testing.T) {
 		require.NoError(t, err, "example:\n%s", b[1])
 	}
 }
+
+// aggRow.AppendCBOR appends exactly what MarshalCBOR returns, for a live
+// row and for a restored one still in its encoding.
+func TestAggRowAppendCBOR(t *testing.T) {
+	h := newKeyedHarness(t, stepYAML("key_by: id\n    aggregate: {n: count(), xs: collect(x), hi: max(x)}"))
+	row := &aggRow{row: agg.NewAccs(h.op.(*continuousOp).specs)}
+	for _, x := range []any{2, 7, -1} {
+		require.NoError(t, row.row.Add(&h.vm, map[string]any{"id": "a", "x": x}))
+	}
+	want, err := row.MarshalCBOR()
+	require.NoError(t, err)
+	require.Greater(t, len(want), 8, "a row with values")
+	for _, r := range []*aggRow{row, {raw: want}} {
+		got, err := r.AppendCBOR([]byte{0xAA})
+		require.NoError(t, err)
+		require.Equal(t, append([]byte{0xAA}, want...), got)
+	}
+}
