@@ -55,3 +55,9 @@ func (t *boltTable[S]) check(tx *bolt.Tx) error {
 	}
 	return nil
 }
+
+// BoltPageWrites returns how many pages b's live file has had written.
+func BoltPageWrites(b *Bolt) int64 {
+	st := b.db.Stats()
+	return st.TxStats.GetWrite()
+}

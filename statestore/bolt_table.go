@@ -741,6 +741,8 @@ func (t *boltTable[S]) restoreGroup(tx *bolt.Tx, group int, entries []wireEntry,
 
 // adopt decodes the restored entries of a state registered after Restore,
 // with the descriptor's type and TTL, in the registration's transaction.
+// A record whose value encodes as it was restored (the usual case: the
+// snapshot's encoding is the file's) is not written again.
 func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 	return rewriteBucket(bkt, func(k, rec []byte) ([]byte, bool, error) {
 		esc, _, err := splitKey(k)
@@ -752,7 +754,7 @@ func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 			return nil, false, err
 		}
 		v, err := t.restoreValue(unescape(esc), ts, raw, now)
-		return v, true, err
+		return v, v == nil || !bytes.Equal(v, rec), err
 	})
 }
 

@@ -386,3 +386,30 @@ func TestBoltSnapshotLifetime(t *testing.T) {
 		require.ErrorIs(t, b.Restore(), statestore.ErrClosed)
 	})
 }
+
+// TestBoltRegisterAfterRestoreKeepsRecords: registering a state after
+// Restore checks its restored records with the descriptor but writes back
+// only those that change (expired ones, deleted), not the whole state again.
+func TestBoltRegisterAfterRestoreKeepsRecords(t *testing.T) {
+	opts := statestore.Options{KeyGroup: func(k string) int { return keyGroupOf(k, 4) }, KeyGroups: [2]int{0, 4}}
+	src := openBolt(t, opts, 0)
+	t.Cleanup(func() { _ = src.Close() })
+	v, err := statestore.RegisterValue(src, statestore.ValueDescriptor[string]{Name: "v"})
+	require.NoError(t, err)
+	for i := range 2000 {
+		v.Put(fmt.Sprintf("key-%d", i), "", strings.Repeat("x", 100))
+	}
+	blobs := inRange(snapshotBlobs(t, src), 0, 4)
+
+	dst := openBolt(t, opts, 0)
+	t.Cleanup(func() { _ = dst.Close() })
+	require.NoError(t, dst.Restore(blobs...))
+	before := statestore.BoltPageWrites(dst)
+	w, err := statestore.RegisterValue(dst, statestore.ValueDescriptor[string]{Name: "v"})
+	require.NoError(t, err)
+	require.LessOrEqual(t, statestore.BoltPageWrites(dst)-before, int64(2), "a commit writes its meta and freelist pages, no state")
+	got, ok := w.Get("key-1999", "")
+	require.True(t, ok)
+	require.Equal(t, strings.Repeat("x", 100), got)
+	require.NoError(t, statestore.CheckBoltCache(dst))
+}
