@@ -363,7 +363,7 @@ func (s *sink) open(ctx context.Context, sc *pipeline.SinkContext) error {
 		s.last = s.cfg.Topic
 	}
 	if len(sc.Committables) > 0 {
-		if err := s.recoverAll(ctx, sc.Committables); err != nil {
+		if err := s.commitEach(ctx, sc.Committables); err != nil {
 			return err
 		}
 	}
@@ -465,27 +465,8 @@ func (s *sink) Commit(ctx context.Context, committables [][]byte) error {
 	if s.err != nil {
 		return s.failed()
 	}
-	for _, b := range committables {
-		if len(b) == 0 {
-			continue
-		}
-		cs, err := decodeCommittables(b)
-		if err != nil {
-			return s.fail(s.errorf("%w", err))
-		}
-		for _, c := range cs {
-			if s.hooks.beforeCommit != nil {
-				if err := s.hooks.beforeCommit(c); err != nil {
-					return s.fail(err)
-				}
-			}
-			if s.txn != nil && s.txn.commitLive(c) {
-				continue
-			}
-			if err := s.recover(ctx, c); err != nil {
-				return s.fail(err)
-			}
-		}
+	if err := s.commitEach(ctx, committables); err != nil {
+		return s.fail(err)
 	}
 	return nil
 }

@@ -287,20 +287,20 @@ func (s *sink) commitAsync(slot *txnSlot) {
 	done := make(chan renewal, 1)
 	slot.renewed = done
 	go func() {
+		var err error
 		if h := s.hooks.commitGoroutine; h != nil {
-			if err := h(c); err != nil {
-				_ = old.close()
-				done <- renewal{err: err}
-				return
+			err = h(c)
+		}
+		if err == nil {
+			if err = old.p.CommitTxn(); err != nil {
+				err = s.commitFailed(context.Background(), c, err)
 			}
 		}
-		if err := old.p.CommitTxn(); err != nil {
-			err = s.commitFailed(context.Background(), c, err)
-			_ = old.close()
+		_ = old.close()
+		if err != nil {
 			done <- renewal{err: err}
 			return
 		}
-		_ = old.close()
 		out, err := s.newProducer(slot)
 		done <- renewal{out: out, err: err}
 	}()
@@ -563,21 +563,27 @@ func (p *txnPool) close(ctx context.Context) error {
 	return first
 }
 
-// recoverAll commits the restored committables, oldest first.
-func (s *sink) recoverAll(ctx context.Context, committables [][]byte) error {
+// commitEach commits the transactions of the committables, oldest first:
+// those a producer of this run holds on a goroutine (commitLive), the
+// others (restored ones) with EndTxn. Open calls it before the pool exists,
+// so everything is recovered then.
+func (s *sink) commitEach(ctx context.Context, committables [][]byte) error {
 	for _, b := range committables {
 		if len(b) == 0 {
 			continue
 		}
 		cs, err := decodeCommittables(b)
 		if err != nil {
-			return s.errorf("restore: %w", err)
+			return s.errorf("%w", err)
 		}
 		for _, c := range cs {
 			if s.hooks.beforeCommit != nil {
 				if err := s.hooks.beforeCommit(c); err != nil {
 					return err
 				}
+			}
+			if s.txn != nil && s.txn.commitLive(c) {
+				continue
 			}
 			if err := s.recover(ctx, c); err != nil {
 				return err
