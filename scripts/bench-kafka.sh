@@ -6,7 +6,7 @@
 #
 #   scripts/bench-kafka.sh                       # starts a broker (scripts/kafka-it.sh), stops it after
 #   KAFKA_BROKERS=host:9092 scripts/bench-kafka.sh   # an existing broker
-#   scripts/bench-kafka.sh -records 500000 -runs 5   # flags go to bench/kafkabench
+#   scripts/bench-kafka.sh -records 500000 -runs 30  # flags go to bench/kafkabench
 #   BROKER_CPUS=1 EDDY_CPUS=0 scripts/bench-kafka.sh   # broker and eddy on CPUs of their own (taskset)
 #
 # When the script starts the broker, it also reports the broker's CPU time

@@ -87,6 +87,7 @@ var (
 	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
 	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
+	timeline     = flag.Duration("timeline", 0, "print the records/s of each such period of each (backend, mode)'s last measurement window, with the checkpoint phase under way")
 	memLimit     = flag.Int("memlimit", 8192, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: none (or GOMEMLIMIT's)")
 	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
 )
@@ -340,10 +341,24 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 			return res, err
 		}
 	}
-	select {
-	case <-job.Done():
-		return res, fmt.Errorf("the job ended: %v", job.Wait())
-	case <-time.After(*duration):
+	var samples []sample
+	end := time.After(*duration)
+	tick := make(<-chan time.Time)
+	if profile && *timeline > 0 {
+		tk := time.NewTicker(*timeline)
+		defer tk.Stop()
+		tick = tk.C
+	}
+wait:
+	for {
+		select {
+		case <-job.Done():
+			return res, fmt.Errorf("the job ended: %v", job.Wait())
+		case t := <-tick:
+			samples = append(samples, sample{t, in()})
+		case <-end:
+			break wait
+		}
 	}
 	t1, c1 := time.Now(), in()
 	if prof != nil {
@@ -369,7 +384,43 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 		return res, err
 	}
 	res.checkpoints, res.failed = rec.within(t0, t1)
+	if len(samples) > 0 {
+		printTimeline(b.backend, m.name, t0, c0, samples, res.checkpoints)
+	}
 	return res, nil
+}
+
+// sample is the records count at a moment of the measurement window.
+type sample struct {
+	t time.Time
+	n float64
+}
+
+// printTimeline prints the records/s of each period between samples and
+// the phase of the checkpoint under way at its end: sync (trigger to the
+// last ack), encode (to the first state part's Put), write (to Complete),
+// complete.
+func printTimeline(backend, mode string, t0 time.Time, c0 float64, samples []sample, cs []ckpt) {
+	fmt.Printf("timeline %s %s:\n", backend, mode)
+	prev := sample{t0, c0}
+	for _, sm := range samples {
+		phase := ""
+		for _, c := range cs {
+			switch t := sm.t; {
+			case t.Before(c.begin) || !t.Before(c.done):
+			case t.Before(c.lastAck):
+				phase = fmt.Sprintf("checkpoint %d sync", c.id)
+			case t.Before(c.lastAck.Add(c.encode)):
+				phase = fmt.Sprintf("checkpoint %d encode", c.id)
+			case t.Before(c.completeAt):
+				phase = fmt.Sprintf("checkpoint %d write", c.id)
+			default:
+				phase = fmt.Sprintf("checkpoint %d complete", c.id)
+			}
+		}
+		fmt.Printf("  %+7.2fs %9.0f records/s  %s\n", sm.t.Sub(t0).Seconds(), (sm.n-prev.n)/sm.t.Sub(prev.t).Seconds(), phase)
+		prev = sm
+	}
 }
 
 // restore measures a restore from the newest checkpoint in dir.

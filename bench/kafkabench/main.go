@@ -8,10 +8,13 @@
 // Throughput: N records of about -size bytes are produced into a topic
 // first; each run reads them all (stop_at: latest) and writes them to a new
 // topic; records/s = N / wall time of the run (start-up included, a few ms).
-// After -warmup pairs that are not counted, -runs pairs run back to back,
-// alternating which mode goes first. Reported are the best of each mode
-// and the median of the pairs' ratios (steadier on a machine whose speed
-// drifts), and the output topic of every run is checked to hold N records
+// After -warmup pairs that are not counted (the broker's JIT, which warms
+// up its transaction code only in exactly_once runs), -runs pairs run back
+// to back, alternating which mode goes first. Reported are the best of
+// each mode, the median of the pairs' ratios (steadier on a machine whose
+// speed drifts) and their mean with a 95% confidence interval (a pair
+// varies by several percent here: it takes many), and the output topic of
+// every run is checked to hold N records
 // (read_committed).
 //
 // Latency: an unbounded run reads what a producer writes at -rate records/s
@@ -31,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,9 +54,9 @@ var (
 	records    = flag.Int("records", 200_000, "records per throughput run")
 	size       = flag.Int("size", 1024, "approximate record size in bytes")
 	partitions = flag.Int("partitions", 3, "partitions of the topics")
-	runs       = flag.Int("runs", 3, "throughput runs per mode (best reported)")
+	runs       = flag.Int("runs", 15, "throughput runs per mode (pairs measured)")
 	brokerPid  = flag.Int("broker-pid", 0, "the broker's process id, to report its CPU time per run (Linux)")
-	warmup     = flag.Int("warmup", 3, "pairs of runs before the measured ones, not counted (the broker's JIT warms up)")
+	warmup     = flag.Int("warmup", 10, "pairs of runs before the measured ones, not counted (the broker's JIT warms up)")
 	par        = flag.Int("parallelism", 2, "pipeline parallelism")
 	interval   = flag.Duration("checkpoint", 100*time.Millisecond, "checkpoint interval")
 	rate       = flag.Int("rate", 5000, "records/s of the latency runs")
@@ -123,6 +127,11 @@ func main() {
 	fmt.Printf("exactly_once   %10.0f records/s\n", eo)
 	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), best of each\n", eo/alo, 100*(1-eo/alo))
 	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), median of the %d pairs' ratios (each pair ran back to back)\n", mid, 100*(1-mid), len(ratios))
+	if len(ratios) > 1 {
+		m, h := meanCI(ratios)
+		fmt.Printf("exactly_once / at_least_once = %.3f ± %.3f (overhead %.1f%%, 95%% confidence %.1f%% to %.1f%%), mean of the pairs' ratios\n",
+			m, h, 100*(1-m), 100*(1-m-h), 100*(1-m+h))
+	}
 	what := "eddy"
 	if *brokerPid > 0 {
 		what = "eddy + broker"
@@ -279,6 +288,37 @@ func median(xs []float64) float64 {
 		m = (xs[len(xs)/2-1] + m) / 2
 	}
 	return m
+}
+
+// meanCI returns the mean of xs and the half-width of its 95% confidence
+// interval (Student's t, the pairs taken as independent samples).
+func meanCI(xs []float64) (mean, half float64) {
+	n := float64(len(xs))
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= n
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	sd := math.Sqrt(ss / (n - 1))
+	return mean, tQuantile975(len(xs)-1) * sd / math.Sqrt(n)
+}
+
+// tQuantile975 is the 97.5th percentile of Student's t with df degrees of
+// freedom (df >= 1), rounded up beyond 30.
+func tQuantile975(df int) float64 {
+	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+	switch {
+	case df <= len(table):
+		return table[df-1]
+	case df <= 60:
+		return 2.040
+	}
+	return 2.000
 }
 
 // consumer reads every partition of topic read_committed from the oldest

@@ -374,32 +374,65 @@ func TestKafkaSinkRecoverAfterCrash(t *testing.T) {
 
 // TestKafkaSinkRecoverDoesNotCommitLaterTransaction: a transaction
 // committed before the crash, whose transactional id then carried a later
-// transaction that the crash left open: restoring its checkpoint must not
-// commit the later one (an EndTxn with the old producer id and epoch
-// would, if the epoch had stayed the same).
+// transaction with the same producer (the slot keeps it): restoring the
+// first one's checkpoint must neither commit the later one (an EndTxn with
+// the producer id and epoch would, when it is open) nor call the first one
+// lost, whether the later one was left open, aborted or committed.
 func TestKafkaSinkRecoverDoesNotCommitLaterTransaction(t *testing.T) {
 	brokers := testBrokers(t)
-	topic := testTopic(t, brokers, 1)
-	cfg := loadKafkaSink(t, brokers, "topic: "+topic)
-	ctx := context.Background()
+	for _, later := range []string{"open", "aborted", "committed"} {
+		t.Run(later, func(t *testing.T) {
+			topic := testTopic(t, brokers, 1)
+			cfg := loadKafkaSink(t, brokers, "topic: "+topic)
+			ctx := context.Background()
 
-	s1 := openKafkaSink(t, cfg, sinkCheckpointing(0, 1))
-	sinkWrite(t, s1, 0, 10)
-	c1 := sinkPreCommit(t, s1, 1)
-	require.NoError(t, s1.Commit(ctx, [][]byte{c1}))
-	// Checkpoints 2 and 3 never complete; the pool comes round to the id
-	// of checkpoint 1 again.
-	sinkWrite(t, s1, 10, 20)
-	sinkPreCommit(t, s1, 2)
-	sinkWrite(t, s1, 20, 30)
-	sinkPreCommit(t, s1, 3)
-	sinkWrite(t, s1, 30, 40)
-	require.Equal(t, s1.txn.slots[0], s1.txn.open, "the open transaction reuses the first id")
-	require.NoError(t, s1.Flush(ctx))
-	killSink(s1)
+			s1 := openKafkaSink(t, cfg, sinkCheckpointing(0, 1))
+			sinkWrite(t, s1, 0, 10)
+			c1 := sinkPreCommit(t, s1, 1)
+			sinkCommit(t, s1, c1)
+			out := s1.txn.slots[0].out
+			// Checkpoints 2 and 3 never complete; the pool comes round to
+			// the id of checkpoint 1 again, with the same producer.
+			sinkWrite(t, s1, 10, 20)
+			sinkPreCommit(t, s1, 2)
+			sinkWrite(t, s1, 20, 30)
+			sinkPreCommit(t, s1, 3)
+			sinkWrite(t, s1, 30, 40)
+			require.Equal(t, s1.txn.slots[0], s1.txn.open, "the open transaction reuses the first id")
+			require.Same(t, out, s1.txn.open.out, "and its producer")
+			want := intRange(0, 10)
+			switch later {
+			case "open":
+				require.NoError(t, s1.Flush(ctx))
+				killSink(s1)
+			case "aborted":
+				require.NoError(t, s1.Close(ctx)) // aborts the open transaction
+			case "committed":
+				c4 := sinkPreCommit(t, s1, 4)
+				c := decodeOne(t, c4)
+				require.Equal(t, decodeOne(t, c1).ProducerID, c.ProducerID)
+				require.Equal(t, decodeOne(t, c1).Epoch, c.Epoch, "one producer, one epoch for both transactions")
+				sinkCommit(t, s1, c4)
+				killSink(s1)
+				want = intConcat(want, intRange(30, 40))
+			}
 
-	openKafkaSink(t, cfg, sinkCheckpointing(0, 1, c1))
-	require.Equal(t, intRange(0, 10), sinkNs(t, readCommittedAll(t, brokers, topic)))
+			s2, err := cfg.NewSink()
+			require.NoError(t, err)
+			require.NoError(t, s2.Open(ctx, sinkCheckpointing(0, 1, c1)), "a committed transaction is not lost")
+			require.NoError(t, s2.Close(ctx))
+			require.Equal(t, want, sinkNs(t, readCommittedAll(t, brokers, topic)))
+		})
+	}
+}
+
+// decodeOne decodes a committable that names one transaction.
+func decodeOne(t testing.TB, b []byte) committable {
+	t.Helper()
+	cs, err := decodeCommittables(b)
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	return cs[0]
 }
 
 // TestKafkaSinkTransactionPool: pre-committed transactions wait for their

@@ -53,9 +53,15 @@ import (
 // EndTxn with a (producer id, epoch) commits whatever transaction is open
 // with them: a restore that re-commits a transaction committed before the
 // crash would commit the next one on that id, records a restore replays
-// (verified against Kafka 4.x). So each reuse of an id starts a new
-// producer (InitProducerId bumps the epoch), and the committable also holds
-// the transaction's start time, which a restore compares before it commits.
+// (verified against Kafka 4.x). The committable therefore holds the
+// transaction's start time too, which the coordinator fixes when the
+// transaction begins and reports with its state, and a restore commits
+// only when the id's transaction has that start time. That is what lets a
+// slot keep its producer from one transaction to the next: an id is reused
+// only after Kafka confirmed the commit of its previous transaction, so a
+// later transaction on the same producer id and epoch, whatever its state,
+// means that the committable's was committed. A new producer (and a new
+// epoch) is started only when a commit failed.
 
 // Errors of the kafka sink, to test with errors.Is.
 var (
@@ -178,7 +184,7 @@ const (
 	slotIdle       slotState = iota // no transaction
 	slotOpen                        // records since the last barrier
 	slotPending                     // pre-committed, waiting for its checkpoint
-	slotCommitting                  // being committed; then its next producer starts
+	slotCommitting                  // being committed on a goroutine
 )
 
 // txnSlot is one transactional id of the pool with its own client and
@@ -199,8 +205,9 @@ type txnSlot struct {
 	described    chan described
 	stopDescribe context.CancelFunc
 	describeDone chan struct{}
-	// renewed delivers the outcome of a slot in slotCommitting: the new
-	// producer, or why the commit or the new producer failed.
+	// renewed delivers the outcome of a slot in slotCommitting: the
+	// producer for the id's next transaction (the same one after a
+	// successful commit), or why the commit failed.
 	renewed chan renewal
 }
 
@@ -211,7 +218,7 @@ type described struct {
 	err error
 }
 
-// renewal is the outcome of a slot's producer renewal.
+// renewal is the outcome of a slot's commit.
 type renewal struct {
 	out *output
 	err error
@@ -263,10 +270,9 @@ func (s *sink) startSlot(slot *txnSlot) error {
 	return err
 }
 
-// newProducer starts a producer for the slot's transactional id: its
-// InitProducerId bumps the epoch, so that the next transaction on the id
-// has a (producer id, epoch) of its own. It touches only slot.client and
-// slot.id, so it may run on the renewal goroutine.
+// newProducer starts a producer for the slot's transactional id; its
+// InitProducerId fences earlier producers of the id and aborts what they
+// left open.
 func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 	p, err := sarama.NewAsyncProducerFromClient(slot.client)
 	if err != nil {
@@ -275,14 +281,13 @@ func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 	return newOutput(p, true), nil
 }
 
-// commitAsync commits the slot's pending transaction and replaces its
-// producer, on a goroutine of its own: EndTxn takes a round trip to the
-// coordinator, and right after a commit the coordinator is still writing
-// the transaction's markers and answers the new producer's InitProducerId
-// with CONCURRENT_TRANSACTIONS until it is done; the task waits for
-// neither. settle takes the outcome.
+// commitAsync commits the slot's pending transaction on a goroutine of its
+// own: EndTxn takes a round trip to the coordinator, which the task does
+// not wait for. settle takes the outcome. After a successful commit the
+// producer stays the slot's for the id's next transaction (see the top of
+// this file); a failed commit closes it, and the sink fails.
 func (s *sink) commitAsync(slot *txnSlot) {
-	old, c := slot.out, slot.pending
+	out, c := slot.out, slot.pending
 	slot.out, slot.state = nil, slotCommitting
 	done := make(chan renewal, 1)
 	slot.renewed = done
@@ -292,17 +297,16 @@ func (s *sink) commitAsync(slot *txnSlot) {
 			err = h(c)
 		}
 		if err == nil {
-			if err = old.p.CommitTxn(); err != nil {
+			if err = out.p.CommitTxn(); err != nil {
 				err = s.commitFailed(context.Background(), c, err)
 			}
 		}
-		_ = old.close()
 		if err != nil {
+			_ = out.close()
 			done <- renewal{err: err}
 			return
 		}
-		out, err := s.newProducer(slot)
-		done <- renewal{out: out, err: err}
+		done <- renewal{out: out}
 	}()
 }
 
@@ -370,6 +374,7 @@ func (p *txnPool) current(ctx context.Context) (*output, error) {
 		return nil, err
 	}
 	if slot != nil {
+		slot.out.nextTxn()
 		if err := slot.out.p.BeginTxn(); err != nil {
 			return nil, p.s.errorf("begin a transaction on %q: %w", slot.id, err)
 		}
@@ -601,7 +606,10 @@ func (s *sink) commitEach(ctx context.Context, committables [][]byte) error {
 // the run that pre-committed it or by an earlier restore (this is what
 // makes a repeated restore harmless), or aborted by Kafka after
 // transaction_timeout, which is ErrTransactionLost where the coordinator
-// still says so.
+// still says so. A later transaction with c's producer id and epoch (the
+// slot kept its producer) began only after c's commit was confirmed, so
+// it tells that c was committed, whether it is open, committed or
+// aborted.
 func (s *sink) recover(ctx context.Context, c committable) error {
 	log := s.logger.With("transactional_id", c.TxnID, "checkpoint", c.Checkpoint, "producer_id", c.ProducerID, "epoch", c.Epoch)
 	for attempt := 0; ; attempt++ {
@@ -617,8 +625,9 @@ func (s *sink) recover(ctx context.Context, c committable) error {
 		switch {
 		case abortedByKafka(st, c):
 			return s.lost(c, st)
-		case same && st.TransactionState == "Ongoing" && st.TransactionStartTime != c.Start:
-			log.Info("kafka sink: a restored transaction was committed before; a later one is open on its id (aborted when the producers start)")
+		case same && st.TransactionStartTime > 0 && st.TransactionStartTime != c.Start:
+			log.Info("kafka sink: a restored transaction was committed before; a later one on its id followed (an open one is aborted when the producers start)",
+				"later_state", st.TransactionState)
 			return nil
 		case same && (st.TransactionState == "Ongoing" || st.TransactionState == "Empty"):
 			// Empty with the same epoch: a broker that keeps no completed
@@ -641,7 +650,13 @@ func (s *sink) recover(ctx context.Context, c committable) error {
 			log.Info("kafka sink committed a restored transaction")
 			return nil
 		case kerr == sarama.ErrInvalidTxnState && st.TransactionState == "Empty":
-			return s.lost(c, st)
+			// A broker that keeps no completed state and whose last
+			// transaction with c's producer id and epoch was aborted: by
+			// the producer, so a later transaction than c's, which began
+			// only after c's commit was confirmed (Kafka's own aborts
+			// after transaction_timeout bump the epoch).
+			log.Info("kafka sink: a restored transaction was committed before; a later one on its id was aborted")
+			return nil
 		case attempt >= 20:
 			return s.errorf("restore the transaction of checkpoint %d on %q: EndTxn keeps failing: %w", c.Checkpoint, c.TxnID, kerr)
 		}
@@ -839,21 +854,22 @@ type output struct {
 	wake     chan struct{} // signalled when inflight reaches 0 or a record fails
 	free     chan *sarama.ProducerMessage
 	done     sync.WaitGroup
-	// firstAck is closed at the first acknowledged record; acked1 (only
-	// the successes goroutine's) tells that it was.
+	// firstAck is closed at the first acknowledged record since the
+	// output started or nextTxn replaced it; unacked holds it until the
+	// successes goroutine closed it.
 	firstAck chan struct{}
-	acked1   bool
+	unacked  atomic.Pointer[chan struct{}]
 }
 
 func newOutput(p sarama.AsyncProducer, acks bool) *output {
-	o := &output{p: p, acks: acks, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024), firstAck: make(chan struct{})}
+	o := &output{p: p, acks: acks, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024)}
+	o.nextTxn()
 	if acks {
 		o.done.Go(func() {
 			for m := range p.Successes() {
 				o.recycle(m)
-				if !o.acked1 {
-					o.acked1 = true
-					close(o.firstAck)
+				if ch := o.unacked.Load(); ch != nil && o.unacked.CompareAndSwap(ch, nil) {
+					close(*ch)
 				}
 				o.acked()
 			}
@@ -874,6 +890,15 @@ func newOutput(p sarama.AsyncProducer, acks bool) *output {
 		}
 	})
 	return o
+}
+
+// nextTxn gives the output a new firstAck, for the transaction that
+// begins; the previous transaction's records are all acknowledged (it was
+// pre-committed) or failed (the sink fails).
+func (o *output) nextTxn() {
+	ch := make(chan struct{})
+	o.firstAck = ch
+	o.unacked.Store(&ch)
 }
 
 func (o *output) signal() {
