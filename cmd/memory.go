@@ -10,33 +10,66 @@ import (
 
 // A stream processor's live heap is small and steady (bounded channels,
 // batches recycled), so Go's default GOGC=100 collects far too often: eddy
-// runs with a higher GC percent unless GOGC is set, and caps the heap below
-// the container's memory limit unless GOMEMLIMIT is set, so that large keyed
-// state makes the collector work harder instead of the process being killed.
+// runs with a higher GC percent unless GOGC is set. Keyed state in the
+// memory backend is the exception: with 1 GiB of state the live heap is a
+// few GiB, and GC percent 400 lets the heap grow to five times that before
+// collecting. So, unless GOMEMLIMIT is set, eddy also caps the heap softly
+// below the container's memory limit and below the machine's memory: near
+// the cap the collector works harder instead of the process being killed
+// or the machine swapping.
 const (
-	keyGCPercent     = "gc-percent"
-	defaultGCPercent = 400
+	keyGCPercent = "gc-percent"
+	// DefaultGCPercent is the GC percent of `eddy run` (unless GOGC or
+	// --gc-percent say otherwise).
+	DefaultGCPercent = 400
 	// cgroupMemoryMax is the cgroup v2 memory limit of the process.
 	cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
+	// procMeminfo tells the machine's memory (Linux).
+	procMeminfo = "/proc/meminfo"
 )
 
-// tuneMemory applies the GC settings of a run and logs them.
-func tuneMemory(logger *slog.Logger, gcPercent int) {
+// TuneMemory applies the GC settings of `eddy run` and logs them:
+// gcPercent unless GOGC is set, and DefaultMemoryLimit unless GOMEMLIMIT
+// is set. Benchmarks that run pipelines in-process call it too, so that
+// they measure what eddy does.
+func TuneMemory(logger *slog.Logger, gcPercent int) {
 	if _, set := os.LookupEnv("GOGC"); !set && gcPercent > 0 {
 		debug.SetGCPercent(gcPercent)
 		logger.Debug("GC percent set", "gc_percent", gcPercent)
 	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		if limit, ok := containerMemoryLimit(); ok {
-			debug.SetMemoryLimit(limit / 10 * 9)
-			logger.Debug("memory limit set below the container's", "bytes", limit/10*9)
+		if limit, ok := DefaultMemoryLimit(); ok {
+			debug.SetMemoryLimit(limit)
+			logger.Debug("soft memory limit set", "bytes", limit)
 		}
 	}
 }
 
-// containerMemoryLimit reads the cgroup v2 memory limit, if there is one.
-func containerMemoryLimit() (int64, bool) {
-	b, err := os.ReadFile(cgroupMemoryMax)
+// DefaultMemoryLimit is eddy's soft limit of the Go heap: 90% of the
+// container's memory limit (cgroup v2) and at most 75% of the machine's
+// memory, leaving the rest to the page cache (checkpoint and state files)
+// and to other processes. False where neither is known.
+func DefaultMemoryLimit() (int64, bool) {
+	c, okC := readCgroupLimit(cgroupMemoryMax)
+	m, okM := readMemTotal(procMeminfo)
+	return memoryLimit(c, okC, m, okM)
+}
+
+func memoryLimit(container int64, okC bool, machine int64, okM bool) (int64, bool) {
+	switch {
+	case okC && okM:
+		return min(container/10*9, machine/4*3), true
+	case okC:
+		return container / 10 * 9, true
+	case okM:
+		return machine / 4 * 3, true
+	}
+	return 0, false
+}
+
+// readCgroupLimit reads a cgroup v2 memory limit ("max": none).
+func readCgroupLimit(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
@@ -46,4 +79,25 @@ func containerMemoryLimit() (int64, bool) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil && n > 0
+}
+
+// readMemTotal reads MemTotal from a /proc/meminfo ("MemTotal: 24567 kB").
+func readMemTotal(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		return n << 10, err == nil && n > 0
+	}
+	return 0, false
 }

@@ -38,7 +38,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.restore.yes, "yes", false, "with --fresh: do not ask")
 	fs.StringVar(&o.restore.fromSavepoint, "from-savepoint", "", "restore from this savepoint file instead of the latest checkpoint")
 	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
-	fs.Int(keyGCPercent, defaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
+	fs.Int(keyGCPercent, DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
 	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
 	bindFlag(o.global.v, fs, keyAdminAddr)
@@ -96,7 +96,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	logger = logger.With("pipeline", spec.Name)
-	tuneMemory(logger, o.global.v.GetInt(keyGCPercent))
+	TuneMemory(logger, o.global.v.GetInt(keyGCPercent))
 	subtasks := 0
 	for _, ch := range plan.Chains {
 		subtasks += ch.Parallelism
