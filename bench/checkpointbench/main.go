@@ -68,9 +68,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddy-stream/eddy/cmd"
 	_ "github.com/eddy-stream/eddy/connectors/all" // generator, blackhole
 	_ "github.com/eddy-stream/eddy/operators"      // key_by windows
-	"github.com/eddy-stream/eddy/cmd"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
