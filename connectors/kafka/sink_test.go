@@ -68,7 +68,7 @@ func killSink(s *sink) {
 	if s.txn != nil {
 		for _, slot := range s.txn.slots {
 			if slot.state == slotCommitting {
-				if r := <-slot.renewed; r.out != nil {
+				if r := <-slot.outcome; r.out != nil {
 					_ = r.out.close()
 				}
 			}

@@ -25,8 +25,8 @@ import (
 // barrier waits for every record's acknowledgement and for that answer:
 // that is the committable the checkpoint stores.
 // When the checkpoint completes, Commit hands the transaction to a
-// goroutine that commits it with the producer that holds it and then
-// starts the id's next producer; the task goes on at once. Until that
+// goroutine that commits it with the producer that holds it, which then
+// stays the id's for its next transaction; the task goes on at once. Until that
 // commit is confirmed, every committable the sink returns carries the
 // transaction too, so a checkpoint taken meanwhile still commits it after
 // a crash; a failed commit fails the sink at its next transaction, barrier
@@ -60,8 +60,9 @@ import (
 // slot keep its producer from one transaction to the next: an id is reused
 // only after Kafka confirmed the commit of its previous transaction, so a
 // later transaction on the same producer id and epoch, whatever its state,
-// means that the committable's was committed. A new producer (and a new
-// epoch) is started only when a commit failed.
+// means that the committable's was committed. A failed commit closes the
+// producer and fails the sink; the restart starts new producers (and
+// epochs) for every id.
 
 // Errors of the kafka sink, to test with errors.Is.
 var (
@@ -205,10 +206,10 @@ type txnSlot struct {
 	described    chan described
 	stopDescribe context.CancelFunc
 	describeDone chan struct{}
-	// renewed delivers the outcome of a slot in slotCommitting: the
+	// outcome delivers the outcome of a slot in slotCommitting: the
 	// producer for the id's next transaction (the same one after a
 	// successful commit), or why the commit failed.
-	renewed chan renewal
+	outcome chan commitOutcome
 }
 
 // described is the outcome of the background DescribeTransactions of an
@@ -218,8 +219,8 @@ type described struct {
 	err error
 }
 
-// renewal is the outcome of a slot's commit.
-type renewal struct {
+// commitOutcome is the outcome of a slot's commit.
+type commitOutcome struct {
 	out *output
 	err error
 }
@@ -289,8 +290,8 @@ func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 func (s *sink) commitAsync(slot *txnSlot) {
 	out, c := slot.out, slot.pending
 	slot.out, slot.state = nil, slotCommitting
-	done := make(chan renewal, 1)
-	slot.renewed = done
+	done := make(chan commitOutcome, 1)
+	slot.outcome = done
 	go func() {
 		var err error
 		if h := s.hooks.commitGoroutine; h != nil {
@@ -303,34 +304,34 @@ func (s *sink) commitAsync(slot *txnSlot) {
 		}
 		if err != nil {
 			_ = out.close()
-			done <- renewal{err: err}
+			done <- commitOutcome{err: err}
 			return
 		}
-		done <- renewal{out: out}
+		done <- commitOutcome{out: out}
 	}()
 }
 
 // settle takes the outcome of a committing slot when it is ready, or waits
-// for it when wait is set; it reports a failed commit or renewal.
+// for it when wait is set; it reports a failed commit.
 func (s *sink) settle(ctx context.Context, slot *txnSlot, wait bool) error {
 	if slot.state != slotCommitting {
 		return nil
 	}
-	var r renewal
+	var r commitOutcome
 	if wait {
 		select {
-		case r = <-slot.renewed:
+		case r = <-slot.outcome:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	} else {
 		select {
-		case r = <-slot.renewed:
+		case r = <-slot.outcome:
 		default:
 			return nil
 		}
 	}
-	slot.renewed = nil
+	slot.outcome = nil
 	if r.err != nil {
 		slot.state = slotIdle // without a producer: the sink fails
 		return r.err
@@ -398,7 +399,7 @@ func (p *txnPool) current(ctx context.Context) (*output, error) {
 // progress. Nil when every slot holds a pre-committed transaction.
 func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
 	n := len(p.slots)
-	var renewing *txnSlot
+	var committing *txnSlot
 	for i := range n {
 		slot := p.slots[(p.next+i)%n]
 		if err := p.s.settle(ctx, slot, false); err != nil {
@@ -408,18 +409,18 @@ func (p *txnPool) free(ctx context.Context) (*txnSlot, error) {
 		case slotIdle:
 			return slot, nil
 		case slotCommitting:
-			if renewing == nil {
-				renewing = slot
+			if committing == nil {
+				committing = slot
 			}
 		}
 	}
-	if renewing == nil {
+	if committing == nil {
 		return nil, nil
 	}
-	if err := p.s.settle(ctx, renewing, true); err != nil {
+	if err := p.s.settle(ctx, committing, true); err != nil {
 		return nil, err
 	}
-	return renewing, nil
+	return committing, nil
 }
 
 // describeWhenOngoing starts the goroutine that learns the state of the
@@ -550,8 +551,8 @@ func (p *txnPool) close(ctx context.Context) error {
 	for _, slot := range p.slots {
 		slot.endDescribe()
 		if slot.state == slotCommitting {
-			r := <-slot.renewed // the commit goroutine always delivers
-			slot.out, slot.renewed = r.out, nil
+			r := <-slot.outcome // the commit goroutine always delivers
+			slot.out, slot.outcome = r.out, nil
 			if r.err != nil && first == nil {
 				first = r.err
 			}
