@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -322,4 +323,76 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLargePartStore compares two ways of storing one large state
+// part durably: "store" is the checkpoint store (Begin, PutBuffer,
+// Complete with retention 2: bbolt allocates a page buffer of the part's
+// size at commit, copies the value in, writes it and fsyncs), and
+// "file-chunks" a plain file written in 4 MiB chunks and fsynced, older
+// ones removed (what a part streamed to a file of its own would cost).
+// CPU-s/GiB includes the garbage collector.
+//
+//	go test -run XXX -bench LargePartStore -benchtime 3x ./statestore/
+//	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'LargePartStore/1GiB' -benchtime 3x ./statestore/
+func BenchmarkLargePartStore(b *testing.B) {
+	for _, c := range []ckptBenchCase{{name: "256MiB", size: 256 << 20}, {name: "1GiB", size: 1 << 30, large: true}} {
+		part := make([]byte, c.size)
+		for i := range part {
+			part[i] = byte(i * 7)
+		}
+		b.Run(c.name+"/store", func(b *testing.B) {
+			skipLarge(b, c)
+			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+			buf := append(make([]byte, 0, len(part)+statestore.PartTrailerSize), part...)
+			largePartRuns(b, c.size, func(i int) error {
+				p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
+				if err != nil {
+					return err
+				}
+				if err := p.PutBuffer("op/window/0", buf); err != nil {
+					return err
+				}
+				return p.Complete(context.Background())
+			})
+		})
+		b.Run(c.name+"/file-chunks", func(b *testing.B) {
+			skipLarge(b, c)
+			dir := b.TempDir()
+			largePartRuns(b, c.size, func(i int) error {
+				f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
+				if err != nil {
+					return err
+				}
+				for off := 0; off < len(part); off += 4 << 20 {
+					if _, err := f.Write(part[off:min(off+4<<20, len(part))]); err != nil {
+						_ = f.Close()
+						return err
+					}
+				}
+				if err := f.Sync(); err != nil {
+					_ = f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				if i >= 2 {
+					return os.Remove(filepath.Join(dir, strconv.Itoa(i-2)))
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func largePartRuns(b *testing.B, size int, store func(i int) error) {
+	b.SetBytes(int64(size))
+	cpu := processCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		require.NoError(b, store(i))
+	}
+	b.StopTimer()
+	b.ReportMetric((processCPU()-cpu).Seconds()/(float64(b.N)*float64(size)/(1<<30)), "CPU-s/GiB")
 }
