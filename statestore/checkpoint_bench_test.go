@@ -335,6 +335,11 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 //
 //	go test -run XXX -bench LargePartStore -benchtime 3x ./statestore/
 //	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'LargePartStore/1GiB' -benchtime 3x ./statestore/
+//
+// With EDDY_BENCH_STALL=1 a goroutine allocates meanwhile (the garbage
+// collector runs) and max-stall-ms is the longest time the whole process
+// stood still during a store (see longestStall); CPU-s/GiB then includes
+// that goroutine.
 func BenchmarkLargePartStore(b *testing.B) {
 	for _, c := range []ckptBenchCase{{name: "256MiB", size: 256 << 20}, {name: "1GiB", size: 1 << 30, large: true}} {
 		part := make([]byte, c.size)
@@ -388,11 +393,62 @@ func BenchmarkLargePartStore(b *testing.B) {
 
 func largePartRuns(b *testing.B, size int, store func(i int) error) {
 	b.SetBytes(int64(size))
+	var stall time.Duration
 	cpu := processCPU()
 	b.ResetTimer()
 	for i := range b.N {
-		require.NoError(b, store(i))
+		if os.Getenv("EDDY_BENCH_STALL") == "" {
+			require.NoError(b, store(i))
+			continue
+		}
+		stall = max(stall, longestStall(func() { require.NoError(b, store(i)) }))
 	}
 	b.StopTimer()
 	b.ReportMetric((processCPU()-cpu).Seconds()/(float64(b.N)*float64(size)/(1<<30)), "CPU-s/GiB")
+	if stall > 0 {
+		b.ReportMetric(float64(stall.Microseconds())/1000, "max-stall-ms")
+	}
+}
+
+var stallSink atomic.Pointer[[]byte]
+
+// longestStall runs fn while one goroutine allocates (so that the garbage
+// collector runs and stops the world now and then) and another ticks every
+// millisecond, and returns the longest gap between two ticks: how long the
+// process stood still. A stop-the-world waits for every goroutine, and a
+// goroutine inside a long copy (runtime.memmove cannot be preempted, and
+// faulting in fresh pages makes it slow) holds up all the others.
+func longestStall(fn func()) time.Duration {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var worst time.Duration
+	wg.Go(func() {
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tk.C:
+				worst = max(worst, now.Sub(last))
+				last = now
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				b := make([]byte, 64<<10)
+				stallSink.Store(&b)
+			}
+		}
+	})
+	fn()
+	close(stop)
+	wg.Wait()
+	return worst
 }
