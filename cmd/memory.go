@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -55,16 +56,18 @@ func DefaultMemoryLimit() (int64, bool) {
 	return memoryLimit(c, okC, m, okM)
 }
 
-func memoryLimit(container int64, okC bool, machine int64, okM bool) (int64, bool) {
-	switch {
-	case okC && okM:
-		return min(container/10*9, machine/4*3), true
-	case okC:
-		return container / 10 * 9, true
-	case okM:
-		return machine / 4 * 3, true
+func memoryLimit(container int64, okC bool, machine int64, okM bool) (limit int64, ok bool) {
+	limit = math.MaxInt64
+	if okC {
+		limit, ok = container/10*9, true
 	}
-	return 0, false
+	if okM {
+		limit, ok = min(limit, machine/4*3), true
+	}
+	if !ok {
+		return 0, false
+	}
+	return limit, true
 }
 
 // readCgroupLimit reads a cgroup v2 memory limit ("max": none).

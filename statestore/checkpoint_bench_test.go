@@ -342,14 +342,20 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 // that goroutine.
 func BenchmarkLargePartStore(b *testing.B) {
 	for _, c := range []ckptBenchCase{{name: "256MiB", size: 256 << 20}, {name: "1GiB", size: 1 << 30, large: true}} {
-		part := make([]byte, c.size)
-		for i := range part {
-			part[i] = byte(i * 7)
+		var part []byte // made by the first sub-benchmark that runs
+		data := func() []byte {
+			if part == nil {
+				part = make([]byte, c.size)
+				for i := range part {
+					part[i] = byte(i * 7)
+				}
+			}
+			return part
 		}
 		b.Run(c.name+"/store", func(b *testing.B) {
 			skipLarge(b, c)
 			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
-			buf := append(make([]byte, 0, len(part)+statestore.PartTrailerSize), part...)
+			buf := append(make([]byte, 0, c.size+statestore.PartTrailerSize), data()...)
 			largePartRuns(b, c.size, func(i int) error {
 				p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
 				if err != nil {
@@ -364,6 +370,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 		b.Run(c.name+"/file-chunks", func(b *testing.B) {
 			skipLarge(b, c)
 			dir := b.TempDir()
+			part := data()
 			largePartRuns(b, c.size, func(i int) error {
 				f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
 				if err != nil {
@@ -393,11 +400,12 @@ func BenchmarkLargePartStore(b *testing.B) {
 
 func largePartRuns(b *testing.B, size int, store func(i int) error) {
 	b.SetBytes(int64(size))
+	measureStall := os.Getenv("EDDY_BENCH_STALL") != ""
 	var stall time.Duration
 	cpu := processCPU()
 	b.ResetTimer()
 	for i := range b.N {
-		if os.Getenv("EDDY_BENCH_STALL") == "" {
+		if !measureStall {
 			require.NoError(b, store(i))
 			continue
 		}

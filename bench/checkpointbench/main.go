@@ -348,7 +348,7 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 	}
 	var samples []sample
 	end := time.After(*duration)
-	tick := make(<-chan time.Time)
+	var tick <-chan time.Time // nil: never, without -timeline
 	if profile && *timeline > 0 {
 		tk := time.NewTicker(*timeline)
 		defer tk.Stop()

@@ -14,8 +14,7 @@
 // each mode, the median of the pairs' ratios (steadier on a machine whose
 // speed drifts) and their mean with a 95% confidence interval (a pair
 // varies by several percent here: it takes many), and the output topic of
-// every run is checked to hold N records
-// (read_committed).
+// every run is checked to hold N records (read_committed).
 //
 // Latency: an unbounded run reads what a producer writes at -rate records/s
 // for -seconds; a read_committed consumer of the output measures, per

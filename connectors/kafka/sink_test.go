@@ -67,10 +67,8 @@ func openKafkaSink(t testing.TB, cfg *SinkConfig, sc *pipeline.SinkContext) *sin
 func killSink(s *sink) {
 	if s.txn != nil {
 		for _, slot := range s.txn.slots {
-			if slot.state == slotCommitting {
-				if r := <-slot.outcome; r.out != nil {
-					_ = r.out.close()
-				}
+			if slot.state == slotCommitting && <-slot.outcome != nil {
+				slot.out = nil // closed by the commit goroutine
 			}
 			slot.endDescribe()
 			if slot.out != nil {

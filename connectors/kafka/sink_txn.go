@@ -206,22 +206,16 @@ type txnSlot struct {
 	described    chan described
 	stopDescribe context.CancelFunc
 	describeDone chan struct{}
-	// outcome delivers the outcome of a slot in slotCommitting: the
-	// producer for the id's next transaction (the same one after a
-	// successful commit), or why the commit failed.
-	outcome chan commitOutcome
+	// outcome delivers the result of a slot in slotCommitting: nil once
+	// committed, or why the commit failed (the commit goroutine then
+	// closed out). The task does not touch out meanwhile.
+	outcome chan error
 }
 
 // described is the outcome of the background DescribeTransactions of an
 // open transaction.
 type described struct {
 	st  sarama.TransactionState
-	err error
-}
-
-// commitOutcome is the outcome of a slot's commit.
-type commitOutcome struct {
-	out *output
 	err error
 }
 
@@ -289,8 +283,8 @@ func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 // this file); a failed commit closes it, and the sink fails.
 func (s *sink) commitAsync(slot *txnSlot) {
 	out, c := slot.out, slot.pending
-	slot.out, slot.state = nil, slotCommitting
-	done := make(chan commitOutcome, 1)
+	slot.state = slotCommitting
+	done := make(chan error, 1)
 	slot.outcome = done
 	go func() {
 		var err error
@@ -304,10 +298,8 @@ func (s *sink) commitAsync(slot *txnSlot) {
 		}
 		if err != nil {
 			_ = out.close()
-			done <- commitOutcome{err: err}
-			return
 		}
-		done <- commitOutcome{out: out}
+		done <- err
 	}()
 }
 
@@ -317,26 +309,25 @@ func (s *sink) settle(ctx context.Context, slot *txnSlot, wait bool) error {
 	if slot.state != slotCommitting {
 		return nil
 	}
-	var r commitOutcome
+	var err error
 	if wait {
 		select {
-		case r = <-slot.outcome:
+		case err = <-slot.outcome:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	} else {
 		select {
-		case r = <-slot.outcome:
+		case err = <-slot.outcome:
 		default:
 			return nil
 		}
 	}
-	slot.outcome = nil
-	if r.err != nil {
-		slot.state = slotIdle // without a producer: the sink fails
-		return r.err
+	slot.outcome, slot.state = nil, slotIdle
+	if err != nil {
+		slot.out = nil // closed by the commit goroutine: the sink fails
+		return err
 	}
-	slot.out, slot.state = r.out, slotIdle
 	slot.committed, slot.pending = slot.pending, committable{}
 	return nil
 }
@@ -551,11 +542,14 @@ func (p *txnPool) close(ctx context.Context) error {
 	for _, slot := range p.slots {
 		slot.endDescribe()
 		if slot.state == slotCommitting {
-			r := <-slot.outcome // the commit goroutine always delivers
-			slot.out, slot.outcome = r.out, nil
-			if r.err != nil && first == nil {
-				first = r.err
+			// The commit goroutine always delivers.
+			if err := <-slot.outcome; err != nil {
+				slot.out = nil // closed by the commit goroutine
+				if first == nil {
+					first = err
+				}
 			}
+			slot.outcome = nil
 		}
 		if slot.out != nil {
 			_ = slot.out.close()
