@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // checkpointPipeline is a bounded pipeline with a checkpoint block: a run
@@ -76,27 +75,6 @@ func (f checkpointFixture) committed(t *testing.T) []string {
 		lines = append(lines, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")...)
 	}
 	return lines
-}
-
-// corrupt flips a byte in the largest part of checkpoint id, as bit rot
-// would: the part's checksum no longer matches.
-func corrupt(t *testing.T, path string, id int64) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		parts := tx.Bucket([]byte("checkpoints")).Bucket(binary.BigEndian.AppendUint64(nil, uint64(id))).Bucket([]byte("parts"))
-		var name, value []byte
-		require.NoError(t, parts.ForEach(func(k, v []byte) error {
-			if len(v) > len(value) {
-				name, value = append([]byte(nil), k...), append([]byte(nil), v...)
-			}
-			return nil
-		}))
-		value[(len(value)-4)/2] ^= 0xff
-		return parts.Put(name, value)
-	}))
 }
 
 var listLine = regexp.MustCompile(`(?m)^(\d+)\s+(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|-)\s+(\d+(\.\d)? [KMG]?i?B)\s+(\d+)\s+(ok|corrupt: .*|incomplete)$`)
@@ -289,7 +267,7 @@ func TestCheckpointsExportRestore(t *testing.T) {
 // run restores; export refuses it, and latest falls back past it.
 func TestCheckpointsCorrupt(t *testing.T) {
 	f := newCheckpointFixture(t)
-	corrupt(t, f.storePath(), 2)
+	statestoretest.CorruptLargestPart(t, f.storePath(), 2)
 	env := map[string]string{"EDDY_STATE_DIR": f.state}
 
 	r := execute(t, env, "checkpoints", "list", f.file)
@@ -309,7 +287,7 @@ func TestCheckpointsCorrupt(t *testing.T) {
 	require.Contains(t, r.stdout, "exported checkpoint 1 of pipeline cp-cmd")
 	require.Contains(t, r.stderr, `msg="checkpoint is unreadable; falling back to the previous retained checkpoint"`)
 
-	corrupt(t, f.storePath(), 1)
+	statestoretest.CorruptLargestPart(t, f.storePath(), 1)
 	r = execute(t, env, "checkpoints", "list", f.file)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "no checkpoint verifies: eddy run fails rather than start from the beginning")

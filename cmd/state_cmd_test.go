@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,11 +14,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/connectors/stdio"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // windowPipeline reads readings from a followed file (so its input never
@@ -446,28 +445,13 @@ func TestStateInspectWindows(t *testing.T) {
 	require.Equal(t, before, after, "inspect changed the store")
 }
 
-// corruptPart flips a byte of one part of checkpoint id, as bit rot would.
-func corruptPart(t *testing.T, path string, id int64, part string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		parts := tx.Bucket([]byte("checkpoints")).Bucket(binary.BigEndian.AppendUint64(nil, uint64(id))).Bucket([]byte("parts"))
-		v := slices.Clone(parts.Get([]byte(part)))
-		require.NotNil(t, v, part)
-		v[len(v)/2] ^= 0xff
-		return parts.Put([]byte(part), v)
-	}))
-}
-
 // TestStateInspectCorrupt: a part that fails its checksum is reported in
 // the output, the rest is shown, and the exit code is 1.
 func TestStateInspectCorrupt(t *testing.T) {
 	f := newWindowFixture(t)
 	env := map[string]string{"EDDY_STATE_DIR": f.state}
-	corruptPart(t, f.storePath(), 1, "op/per_sensor/1")
-	corruptPart(t, f.storePath(), 1, "sink/windows/0")
+	statestoretest.CorruptPart(t, f.storePath(), 1, "op/per_sensor/1")
+	statestoretest.CorruptPart(t, f.storePath(), 1, "sink/windows/0")
 
 	out, r := inspectJSON(t, env, f.file)
 	require.Equal(t, 1, r.code, r.stdout)

@@ -28,9 +28,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // Crash tests: SIGKILL `eddy run` at random moments, restart it with the
@@ -904,7 +904,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		for _, f := range committableFinals(t, storeOf(work), previous) {
 			delete(dups, f)
 		}
-		corruptCheckpoint(t, storeOf(work), newest)
+		statestoretest.CorruptLargestPart(t, storeOf(work), newest)
 		expect := slices.Clone(want)
 		out := filepath.Join(work, "out")
 		for f := range dups {
@@ -935,7 +935,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		ids := completedCheckpoints(t, storeOf(work))
 		require.NotEmpty(t, ids)
 		for _, id := range ids {
-			corruptCheckpoint(t, storeOf(work), id)
+			statestoretest.CorruptLargestPart(t, storeOf(work), id)
 		}
 		out := filepath.Join(work, "out")
 		before := committedFiles(t, out)
@@ -1199,28 +1199,4 @@ func committableFinals(t *testing.T, path string, id int64) []string {
 	}
 	require.NoError(t, cp.Err())
 	return finals
-}
-
-// corruptCheckpoint flips a byte in the middle of the largest part of
-// checkpoint id, through bbolt and the layout of docs/checkpoints.md, as bit
-// rot would: the part no longer matches its checksum.
-func corruptCheckpoint(t *testing.T, path string, id int64) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		parts := tx.Bucket([]byte("checkpoints")).Bucket(binary.BigEndian.AppendUint64(nil, uint64(id))).Bucket([]byte("parts"))
-		var name, value []byte
-		if err := parts.ForEach(func(k, v []byte) error {
-			if len(v) > len(value) {
-				name, value = slices.Clone(k), slices.Clone(v)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		value[(len(value)-4)/2] ^= 0xff // not the trailing CRC
-		return parts.Put(name, value)
-	}))
 }

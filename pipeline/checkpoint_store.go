@@ -13,7 +13,26 @@ type boltStore struct {
 func BoltCheckpoints(s *statestore.CheckpointStore) CheckpointStore { return boltStore{s: s} }
 
 func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, error) {
-	return b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
+	p, err := b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
+	if err != nil {
+		return nil, err
+	}
+	return boltPending{p}, nil
+}
+
+// boltPending adapts a pending checkpoint of the bbolt store to
+// PendingCheckpoint and PartCreator.
+type boltPending struct {
+	*statestore.PendingCheckpoint
+}
+
+// Create streams a part into a file of its own.
+func (p boltPending) Create(part string) (PartWriter, error) {
+	w, err := p.PendingCheckpoint.Create(part)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // ExportSavepoint writes completed checkpoint id as a savepoint file at

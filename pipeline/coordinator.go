@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
@@ -146,12 +146,7 @@ type coordinator struct {
 	written chan writeResult
 	ended   chan *task // source tasks whose input ended or stopped
 
-	pending map[int64]*inFlight
-	// bufs keeps, by state part name, the buffer the part's previous
-	// checkpoint was encoded into: the next encode reuses it instead of
-	// allocating (and the kernel zeroing) the part's size again, or
-	// doubling its way up. Taken and put back by the writer goroutines.
-	bufs         sync.Map
+	pending      map[int64]*inFlight
 	failures     int
 	lastComplete time.Time
 	sourcesEnded map[*task]bool
@@ -410,66 +405,68 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	f.writing++
 	go func() {
-		err := writeAck(f.pending, a, parts, &c.bufs)
+		err := writeAck(f.pending, a, parts)
 		c.written <- writeResult{id: a.Checkpoint, err: err}
 	}()
 }
 
-// bufferPutter is a PendingCheckpoint that stores a part from a buffer
-// handed over, building the stored value in its spare capacity
-// (statestore's PutBuffer) instead of in a copy.
-type bufferPutter interface {
-	PutBuffer(part string, buf []byte) error
+// PartCreator is a PendingCheckpoint that streams a part to storage while
+// it is encoded (the bbolt store's part files), instead of taking it whole:
+// a subtask's keyed state is then never held encoded in memory, nor copied
+// again.
+type PartCreator interface {
+	Create(part string) (PartWriter, error)
 }
 
-// putSpare is the spare capacity a state part's buffer keeps for
-// PutBuffer: statestore.PartTrailerSize.
-const putSpare = statestore.PartTrailerSize
+// PartWriter streams one part: Write it, then Close, which returns once
+// the part is durable; Abort gives it up and fails the checkpoint.
+type PartWriter interface {
+	io.Writer
+	Close() error
+	Abort()
+}
 
-func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte, bufs *sync.Map) error {
+func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) error {
 	defer a.release()
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		if err := p.Put(name, parts[name]); err != nil {
 			return err
 		}
 	}
-	bp, inPlace := p.(bufferPutter)
 	for id, snap := range a.States {
-		name := statePart(id, a.Subtask)
-		// Encode straight into one buffer: the previous checkpoint's, or
-		// a new one that grows as it fills.
-		var buf []byte
-		if b, ok := bufs.LoadAndDelete(name); ok {
-			buf = b.([]byte)
-		}
-		buf, err := snap.AppendTo(buf)
-		if err != nil {
-			return fmt.Errorf("encode state of step %q: %w", id, err)
-		}
-		// Encoded: release the snapshot now, not after the write, so that
-		// the garbage collector gets back what it kept alive (the values
-		// the task has replaced since) while the part is written.
-		snap.Release()
-		if inPlace {
-			if cap(buf)-len(buf) < putSpare {
-				buf = slices.Grow(buf, putSpare)
-			}
-			err = bp.PutBuffer(name, buf)
-		} else {
-			err = p.Put(name, buf)
-		}
-		if err != nil {
-			return err
-		}
-		if inPlace && cap(buf) <= 2*len(buf)+1<<20 {
-			// PutBuffer returned: the store holds no reference (a plain
-			// Put may keep the blob). A buffer over twice the state's
-			// size (plus 1 MiB, so that small parts keep theirs) is left
-			// to the garbage collector.
-			bufs.Store(name, buf[:0])
+		if err := writeState(p, statePart(id, a.Subtask), snap); err != nil {
+			return fmt.Errorf("state of step %q: %w", id, err)
 		}
 	}
 	return nil
+}
+
+// writeState encodes a snapshot into part name and releases it as soon as
+// it is encoded, so that the garbage collector gets back what it kept
+// alive (the values the task has replaced since) while the part is made
+// durable.
+func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) error {
+	pc, ok := p.(PartCreator)
+	if !ok {
+		buf, err := snap.AppendTo(nil)
+		snap.Release()
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		return p.Put(name, buf)
+	}
+	w, err := pc.Create(name)
+	if err != nil {
+		snap.Release()
+		return err
+	}
+	_, err = snap.WriteTo(w)
+	snap.Release()
+	if err != nil {
+		w.Abort()
+		return fmt.Errorf("encode: %w", err)
+	}
+	return w.Close()
 }
 
 func (c *coordinator) onWritten(w writeResult) {

@@ -3,7 +3,6 @@ package statestore
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -127,6 +126,7 @@ type CheckpointInfo struct {
 type CheckpointStore struct {
 	dir         string
 	path        string
+	partsDir    string // of the parts written with Create (checkpoint_files.go)
 	db          *bolt.DB
 	retain      int
 	log         *slog.Logger
@@ -161,6 +161,7 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 	s := &CheckpointStore{
 		dir:         dir,
 		path:        filepath.Join(dir, CheckpointFileName),
+		partsDir:    filepath.Join(dir, CheckpointPartsDir),
 		retain:      cmp.Or(opts.Retain, DefaultCheckpointRetain),
 		log:         opts.Logger,
 		faults:      opts.Faults,
@@ -282,7 +283,7 @@ func (s *CheckpointStore) Begin(id int64, meta CheckpointMeta) (*PendingCheckpoi
 	if err != nil {
 		return nil, wrap(err)
 	}
-	p := &PendingCheckpoint{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}}
+	p := &PendingCheckpoint{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}, files: map[string]string{}}
 	s.mu.Lock()
 	switch {
 	case s.closed:
@@ -372,6 +373,15 @@ func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
 				ci.Size += int64(max(len(pv)-partTrailer, 0))
 			}
 		}
+		if fb := cb.Bucket(bktFiles); fb != nil {
+			fc := fb.Cursor()
+			for fk, fv := fc.First(); fk != nil; fk, fv = fc.Next() {
+				ci.Parts++
+				if size, _, err := parseFileRef(fv); err == nil {
+					ci.Size += size
+				}
+			}
+		}
 		out = append(out, ci)
 	}
 	return out
@@ -457,14 +467,14 @@ func (s *CheckpointStore) open(ctx context.Context, id int64) (*Checkpoint, erro
 	var r *ckptRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = verifyCheckpoint(ctx, tx, id)
+		r, err = verifyCheckpoint(ctx, tx, s.partsDir, id)
 		return err
 	})
 	if err != nil {
 		s.unpin(id)
 		return nil, err
 	}
-	return &Checkpoint{rec: r, db: s.db, store: s}, nil
+	return &Checkpoint{rec: r, db: s.db, store: s, partsDir: s.partsDir}, nil
 }
 
 // view runs fn in a read transaction unless the store is closed.
@@ -511,11 +521,13 @@ type PendingCheckpoint struct {
 	meta CheckpointMeta
 	info []byte // the info record, written with the first part
 
-	mu    sync.Mutex
-	state pendingCkptState
-	err   error // the first failed write
-	parts map[string]PartInfo
-	puts  sync.WaitGroup // Puts in flight
+	mu     sync.Mutex
+	state  pendingCkptState
+	err    error // the first failed write
+	parts  map[string]PartInfo
+	files  map[string]string // part name -> file name, of the parts written with Create
+	nfiles int               // files created
+	puts   sync.WaitGroup    // Puts and PartWriters in flight
 }
 
 type pendingCkptState uint8
@@ -556,22 +568,6 @@ func (p *PendingCheckpoint) ID() int64 { return p.id }
 // A part name is stored once (ErrDuplicatePart). A failed Put fails the
 // checkpoint: Complete then returns ErrCheckpointFailed; Abort it.
 func (p *PendingCheckpoint) Put(part string, blob []byte) error {
-	return p.put(part, blob, false)
-}
-
-// PartTrailerSize is the spare capacity PutBuffer uses: the bytes of a
-// part's checksum trailer.
-const PartTrailerSize = partTrailer
-
-// PutBuffer is Put for a buffer that the caller encoded the part into and
-// shares with no one: when buf has PartTrailerSize bytes of spare capacity,
-// the stored value (the blob, then its checksum) is built in place instead
-// of in a copy of the blob. buf may be reused once PutBuffer returns.
-func (p *PendingCheckpoint) PutBuffer(part string, buf []byte) error {
-	return p.put(part, buf, true)
-}
-
-func (p *PendingCheckpoint) put(part string, blob []byte, inPlace bool) error {
 	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
 	if part == "" || len(part) > MaxPartNameLen {
 		return wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
@@ -589,7 +585,8 @@ func (p *PendingCheckpoint) put(part string, blob []byte, inPlace bool) error {
 		p.mu.Unlock()
 		return wrap(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
 	}
-	if _, dup := p.parts[part]; dup {
+	_, dup := p.parts[part]
+	if _, file := p.files[part]; dup || file {
 		p.mu.Unlock()
 		return wrap(ErrDuplicatePart)
 	}
@@ -601,13 +598,7 @@ func (p *PendingCheckpoint) put(part string, blob []byte, inPlace bool) error {
 
 	stored, err := p.s.faults.Blob(p.id, part, blob)
 	if err == nil {
-		var value []byte
-		if inPlace && cap(stored)-len(stored) >= partTrailer {
-			value = binary.BigEndian.AppendUint32(stored, crc)
-		} else {
-			value = partValue(stored, crc)
-		}
-		err = p.s.submit(&writeReq{op: wPut, p: p, id: p.id, part: part, value: value})
+		err = p.s.submit(&writeReq{op: wPut, p: p, id: p.id, part: part, value: partValue(stored, crc)})
 	}
 	if err != nil {
 		p.fail(err)
@@ -683,10 +674,16 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 	p.mu.Lock()
 	firstErr := p.err
 	parts := slices.SortedFunc(maps.Values(p.parts), func(a, b PartInfo) int { return strings.Compare(a.Name, b.Name) })
+	files := maps.Clone(p.files)
 	meta := p.meta
 	p.mu.Unlock()
 	if firstErr != nil {
 		return fail(fmt.Errorf("%w: %w", ErrCheckpointFailed, firstErr))
+	}
+	if len(files) > 0 {
+		if err := p.s.syncPartFiles(p.id, files, parts); err != nil {
+			return fail(fmt.Errorf("part files: %w", err))
+		}
 	}
 	wm := wireMeta{
 		ID:           p.id,
@@ -700,11 +697,15 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 	for i, pi := range parts {
 		wm.Parts[i] = wirePart{Name: pi.Name, Size: pi.Size, CRC: pi.CRC32C}
 	}
-	rec, err := encodeRecord(recMeta, wm)
+	version := byte(1)
+	if len(files) > 0 {
+		version = filesFormatVersion
+	}
+	rec, err := encodeRecordVersion(recMeta, version, wm)
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.s.submit(&writeReq{op: wComplete, p: p, id: p.id, ctx: ctx, value: rec, parts: parts}); err != nil {
+	if err := p.s.submit(&writeReq{op: wComplete, p: p, id: p.id, ctx: ctx, value: rec, parts: parts, files: files}); err != nil {
 		return fail(err)
 	}
 	p.setState(pendingCkptCompleted)
@@ -755,9 +756,10 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 // OpenSavepoint). Its parts are read from the file on demand, each checked
 // again. Safe for concurrent use; Close it when done.
 type Checkpoint struct {
-	rec   *ckptRecord
-	db    *bolt.DB
-	store *CheckpointStore // nil for a savepoint, whose db the Checkpoint owns
+	rec      *ckptRecord
+	db       *bolt.DB
+	store    *CheckpointStore // nil for a savepoint, whose db the Checkpoint owns
+	partsDir string           // the store's part files; "" for a savepoint
 
 	mu     sync.Mutex
 	closed bool
@@ -794,26 +796,11 @@ func (c *Checkpoint) Get(part string) ([]byte, error) {
 	if closed {
 		return nil, wrap(ErrStoreClosed)
 	}
-	var blob []byte
-	read := func(tx *bolt.Tx) error {
-		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(c.rec.id))
-		if cb == nil || cb.Bucket(bktParts) == nil {
-			return fmt.Errorf("%w: the checkpoint was deleted", ErrCheckpointCorrupt)
-		}
-		v := cb.Bucket(bktParts).Get([]byte(part))
-		if v == nil {
-			return fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, part)
-		}
-		b, err := checkPart(v, pi)
-		blob = slices.Clone(b)
-		return err
-	}
-	var err error
+	view := c.db.View
 	if c.store != nil {
-		err = c.store.view(read)
-	} else {
-		err = c.db.View(read)
+		view = c.store.view
 	}
+	blob, err := readPart(view, c.partsDir, c.rec.id, pi)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -884,8 +871,9 @@ type writeReq struct {
 	p     *PendingCheckpoint
 	id    int64
 	part  string
-	value []byte     // wPut: the part value; wComplete: the metadata record
-	parts []PartInfo // wComplete: the parts the metadata lists
+	value []byte            // wPut: the part value; wComplete: the metadata record
+	parts []PartInfo        // wComplete: the parts the metadata lists
+	files map[string]string // wComplete: the parts in files, name -> file
 	ctx   context.Context
 	ids   []int64      // wDelete
 	fault CheckpointOp // wDelete: OpAbort or OpRetain
@@ -1007,12 +995,24 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 			return err
 		}
 		pb := cb.Bucket(bktParts)
+		var fb *bolt.Bucket
+		if len(r.files) > 0 {
+			if fb, err = cb.CreateBucketIfNotExists(bktFiles); err != nil {
+				return err
+			}
+		}
 		for _, pi := range r.parts {
+			if file, ok := r.files[pi.Name]; ok {
+				if err := fb.Put([]byte(pi.Name), fileRef(pi.Size, file)); err != nil {
+					return err
+				}
+				continue
+			}
 			if v := pb.Get([]byte(pi.Name)); v == nil || int64(len(v)-partTrailer) != pi.Size {
 				return fmt.Errorf("%w: part %q is not stored as written", ErrCheckpointCorrupt, pi.Name)
 			}
 		}
-		n := 0
+		n := len(r.files)
 		c := pb.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			n++
@@ -1036,8 +1036,10 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 	return nil
 }
 
+// deleteCheckpoints deletes checkpoints ids in one transaction, then their
+// part files.
 func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		root := tx.Bucket(bktCheckpoints)
 		for _, id := range ids {
 			cb := root.Bucket(ckptKey(id))
@@ -1056,21 +1058,34 @@ func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error 
 		}
 		return nil
 	})
+	if err == nil {
+		s.removePartFiles(ids)
+	}
+	return err
 }
 
 // applyRetention deletes the completed checkpoints past the newest Retain,
 // and incomplete ones that no PendingCheckpoint of this store is writing
-// (aborted, failed, leftovers of a crash), except pinned ones. It runs on
-// the writer goroutine (or in Open, before it starts); failures are logged.
+// (aborted, failed, leftovers of a crash), except pinned ones, and the part
+// files of checkpoints the store does not hold. It runs on the writer
+// goroutine (or in Open, before it starts); failures are logged.
 func (s *CheckpointStore) applyRetention() {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
+	// The directories first: one created after this listing belongs to a
+	// checkpoint that is active below.
+	dirs, dirErr := s.partFileDirs()
 	s.mu.Lock()
 	active := maps.Clone(s.active)
 	s.mu.Unlock()
-	var victims []int64
+	var victims, orphans []int64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(bktCheckpoints)
+		for _, id := range dirs {
+			if root.Bucket(ckptKey(id)) == nil && active[id] == nil && s.pins[id] == 0 {
+				orphans = append(orphans, id)
+			}
+		}
 		c := root.Cursor()
 		kept := 0
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
@@ -1091,6 +1106,13 @@ func (s *CheckpointStore) applyRetention() {
 		}
 		return nil
 	})
+	if err == nil && len(orphans) > 0 {
+		s.removePartFiles(orphans)
+		s.log.Debug("part files of no checkpoint removed", "store", s.path, "checkpoints", orphans)
+	}
+	if err == nil && dirErr != nil {
+		s.log.Warn("could not list the checkpoints' part files; retrying after the next checkpoint", "store", s.path, "error", dirErr.Error())
+	}
 	if err == nil && len(victims) > 0 {
 		err = s.deleteCheckpoints(victims, OpRetain)
 	}

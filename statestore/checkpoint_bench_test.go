@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -258,9 +259,10 @@ func benchBoxDescriptor() statestore.AggregatingDescriptor[string, *benchBox, *b
 
 // BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
 // one window subtask, as the coordinator runs it: encode the keyed state's
-// snapshot into one buffer (AppendTo into the previous checkpoint's
-// buffer), then, for "encode+put", store it as one part of a
-// checkpoint (PutBuffer) and complete it (retention 2, fsync). The state is the
+// snapshot ("encode": WriteTo, key group by key group, into io.Discard),
+// and for "encode+write" stream it into a part of a checkpoint (Create,
+// WriteTo, Close: a file of its own, fsynced) and complete it (retention
+// 2, fsync). The state is the
 // checkpoint benchmark's in small (bench/checkpointbench): keys with one
 // window accumulator each holding a 1 KiB payload, and one timer per key.
 // MB/s is snapshot bytes per second; CPU-s/GiB is the CPU time of the whole
@@ -288,32 +290,34 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 			snap, err := be.Snapshot()
 			require.NoError(b, err)
 			defer snap.Release()
-			buf, err := snap.AppendTo(nil)
+			n, err := snap.WriteTo(io.Discard)
 			require.NoError(b, err)
-			size := len(buf)
-			for _, put := range []bool{false, true} {
+			size := int(n)
+			for _, write := range []bool{false, true} {
 				name := "encode"
-				if put {
-					name = "encode+put"
+				if write {
+					name = "encode+write"
 				}
 				b.Run(name, func(b *testing.B) {
 					s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
-					buf := make([]byte, 0, size+statestore.PartTrailerSize)
 					b.ResetTimer()
 					cpu := processCPU()
 					for i := range b.N {
-						// The previous checkpoint's buffer, as the coordinator keeps it.
-						if buf, err = snap.AppendTo(buf[:0]); err != nil {
-							b.Fatal(err)
-						}
-						if !put {
+						if !write {
+							if _, err := snap.WriteTo(io.Discard); err != nil {
+								b.Fatal(err)
+							}
 							continue
 						}
 						p, err := s.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
 						require.NoError(b, err)
-						require.NoError(b, p.PutBuffer("op/window/0", buf))
+						w, err := p.Create("op/window/0")
+						require.NoError(b, err)
+						_, err = snap.WriteTo(w)
+						require.NoError(b, err)
+						require.NoError(b, w.Close())
 						require.NoError(b, p.Complete(context.Background()))
 					}
 					b.StopTimer()
@@ -325,13 +329,15 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 	}
 }
 
-// BenchmarkLargePartStore compares two ways of storing one large state
-// part durably: "store" is the checkpoint store (Begin, PutBuffer,
-// Complete with retention 2: bbolt allocates a page buffer of the part's
-// size at commit, copies the value in, writes it and fsyncs), and
-// "file-chunks" a plain file written in 4 MiB chunks and fsynced, older
-// ones removed (what a part streamed to a file of its own would cost).
-// CPU-s/GiB includes the garbage collector.
+// BenchmarkLargePartStore compares three ways of storing one large state
+// part durably: "store-inline" is a bbolt value of the checkpoint store
+// (Begin, Put, Complete with retention 2: bbolt allocates a page buffer of
+// the part's size at commit, copies the value in, writes it and fsyncs),
+// "store-file" the checkpoint store's streamed part (Create, Write in 8 MiB
+// pieces as a snapshot writes its key groups, Close, Complete: a file of
+// its own), and "file-chunks" a plain file written in 4 MiB chunks and
+// fsynced, older ones removed (the floor). CPU-s/GiB includes the garbage
+// collector.
 //
 //	go test -run XXX -bench LargePartStore -benchtime 3x ./statestore/
 //	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'LargePartStore/1GiB' -benchtime 3x ./statestore/
@@ -352,16 +358,40 @@ func BenchmarkLargePartStore(b *testing.B) {
 			}
 			return part
 		}
-		b.Run(c.name+"/store", func(b *testing.B) {
+		b.Run(c.name+"/store-inline", func(b *testing.B) {
 			skipLarge(b, c)
 			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
-			buf := append(make([]byte, 0, c.size+statestore.PartTrailerSize), data()...)
+			part := data()
 			largePartRuns(b, c.size, func(i int) error {
 				p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
 				if err != nil {
 					return err
 				}
-				if err := p.PutBuffer("op/window/0", buf); err != nil {
+				if err := p.Put("op/window/0", part); err != nil {
+					return err
+				}
+				return p.Complete(context.Background())
+			})
+		})
+		b.Run(c.name+"/store-file", func(b *testing.B) {
+			skipLarge(b, c)
+			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+			part := data()
+			largePartRuns(b, c.size, func(i int) error {
+				p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
+				if err != nil {
+					return err
+				}
+				w, err := p.Create("op/window/0")
+				if err != nil {
+					return err
+				}
+				for off := 0; off < len(part); off += 8 << 20 {
+					if _, err := w.Write(part[off:min(off+8<<20, len(part))]); err != nil {
+						return err
+					}
+				}
+				if err := w.Close(); err != nil {
 					return err
 				}
 				return p.Complete(context.Background())

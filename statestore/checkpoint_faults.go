@@ -5,7 +5,8 @@ package statestore
 type CheckpointOp string
 
 // The write steps. The first five are bbolt transactions (CheckpointFaults.
-// Commit); the Savepoint* ones are file-system steps of ExportSavepoint
+// Commit); the Part* ones are file-system steps of a part written with
+// PendingCheckpoint.Create, and the Savepoint* ones those of ExportSavepoint
 // (CheckpointFaults.File).
 const (
 	OpPut      CheckpointOp = "put"      // a transaction storing parts (Put)
@@ -13,6 +14,10 @@ const (
 	OpAbort    CheckpointOp = "abort"    // a transaction deleting an incomplete checkpoint (Abort, Begin)
 	OpRetain   CheckpointOp = "retain"   // a transaction deleting checkpoints past retention, or leftovers
 	OpExport   CheckpointOp = "export"   // a transaction writing a savepoint file
+
+	OpPartCreate  CheckpointOp = "part-create"   // create a part's file (Create)
+	OpPartSync    CheckpointOp = "part-sync"     // fsync a part's file (PartWriter.Close)
+	OpPartSyncDir CheckpointOp = "part-sync-dir" // fsync the directory of a checkpoint's part files (Complete)
 
 	OpSavepointCreate  CheckpointOp = "savepoint-create"   // create PATH.tmp
 	OpSavepointSync    CheckpointOp = "savepoint-sync"     // fsync PATH.tmp once written
@@ -28,7 +33,8 @@ const (
 // concurrently.
 type CheckpointFaults interface {
 	// Blob is called by PendingCheckpoint.Put before the blob is written,
-	// with the blob the caller gave. It returns the bytes to store instead:
+	// with the blob the caller gave, and by PartWriter.Write with each
+	// piece of a streamed part. It returns the bytes to store instead:
 	// a test returns a damaged copy to simulate a torn write (the stored
 	// checksum is still that of the original, so reads detect it), or an
 	// error (e.g. syscall.ENOSPC, a full disk) that fails the Put.
@@ -42,8 +48,9 @@ type CheckpointFaults interface {
 	// concurrent Puts share one transaction).
 	Commit(op CheckpointOp, id int64, part string) error
 
-	// File is called before each file-system step of ExportSavepoint; an
-	// error fails the step (and the export, which removes PATH.tmp).
+	// File is called before each file-system step of a streamed part and
+	// of ExportSavepoint; an error fails the step (and the checkpoint, or
+	// the export, which removes PATH.tmp).
 	File(op CheckpointOp, path string) error
 }
 

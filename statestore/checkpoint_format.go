@@ -36,10 +36,15 @@ import (
 //	12      N     payload: CBOR, Core Deterministic Encoding, integer map keys
 //	12+N    4     CRC32-C of bytes [0, 12+N), uint32 big-endian
 const (
-	ckptFormatVersion = 1
-	recHeaderSize     = 12
-	recTrailer        = 4
-	partTrailer       = 4
+	// ckptFormatVersion is the newest record version this build reads.
+	// Version 2 is the metadata of a checkpoint with part files (a
+	// "files" bucket), which a version-1 reader would take for missing
+	// parts; every other record is written as version 1.
+	ckptFormatVersion  = 2
+	filesFormatVersion = 2
+	recHeaderSize      = 12
+	recTrailer         = 4
+	partTrailer        = 4
 
 	recFormat byte = 'f'
 	recInfo   byte = 'i'
@@ -103,15 +108,20 @@ type wirePart struct {
 	CRC  uint32
 }
 
-// encodeRecord frames v, CBOR-encoded, as a record of type typ.
+// encodeRecord frames v, CBOR-encoded, as a record of type typ, version 1.
 func encodeRecord(typ byte, v any) ([]byte, error) {
+	return encodeRecordVersion(typ, 1, v)
+}
+
+// encodeRecordVersion frames v as a record of type typ and version.
+func encodeRecordVersion(typ, version byte, v any) ([]byte, error) {
 	payload, err := encMode.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode checkpoint record %q: %w", typ, err)
 	}
 	rec := make([]byte, recHeaderSize, recHeaderSize+len(payload)+recTrailer)
 	copy(rec, recMagic[:])
-	rec[4] = ckptFormatVersion
+	rec[4] = version
 	rec[5] = typ
 	binary.BigEndian.PutUint32(rec[8:], uint32(len(payload)))
 	rec = append(rec, payload...)
@@ -134,7 +144,7 @@ func decodeRecord(typ byte, rec []byte, v any) error {
 	if got, want := crc32.Checksum(rec[:recHeaderSize+n], crcTable), binary.BigEndian.Uint32(rec[recHeaderSize+n:]); got != want {
 		return fmt.Errorf("%w: record checksum %08x, stored %08x", ErrCheckpointCorrupt, got, want)
 	}
-	if rec[4] != ckptFormatVersion {
+	if rec[4] == 0 || rec[4] > ckptFormatVersion {
 		return fmt.Errorf("%w: version %d (this build reads %d)", ErrCheckpointFormat, rec[4], ckptFormatVersion)
 	}
 	if rec[5] != typ {
@@ -276,41 +286,43 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 }
 
 // verifyCheckpoint checks completed checkpoint id entirely: its metadata,
-// then every part it lists (present, checksum, size, checksum as listed),
-// then that no part is stored that the metadata does not list.
-func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, id int64) (*ckptRecord, error) {
+// then every part it lists (present, checksum, size, checksum as listed;
+// inline, or in its file under partsDir), then that no part is stored that
+// the metadata does not list. partsDir "" allows no part files (a
+// savepoint).
+func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int64) (*ckptRecord, error) {
 	r, err := readMeta(tx, id)
 	if err != nil {
 		return nil, err
 	}
-	pb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id)).Bucket(bktParts)
-	if pb == nil {
+	cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id))
+	if cb.Bucket(bktParts) == nil {
 		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktParts)
 	}
 	for _, p := range r.parts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		v := pb.Get([]byte(p.Name))
-		if v == nil {
-			return nil, fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, p.Name)
+		v, path, err := partLocation(cb, partsDir, id, p.Name)
+		switch {
+		case err != nil:
+			return nil, err
+		case path != "":
+			err = verifyPartFile(path, p)
+		default:
+			_, err = checkPart(v, p)
 		}
-		if _, err := checkPart(v, p); err != nil {
+		if err != nil {
 			return nil, err
 		}
 	}
-	n := 0
-	c := pb.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		n++
-		if n > len(r.parts) {
-			break
-		}
-	}
-	if n != len(r.parts) {
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			if _, ok := r.find(string(k)); !ok {
-				return nil, fmt.Errorf("%w: part %q is not listed in the metadata", ErrCheckpointCorrupt, k)
+	for _, b := range [][]byte{bktParts, bktFiles} {
+		if pb := cb.Bucket(b); pb != nil {
+			c := pb.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				if _, ok := r.find(string(k)); !ok {
+					return nil, fmt.Errorf("%w: part %q is not listed in the metadata", ErrCheckpointCorrupt, k)
+				}
 			}
 		}
 	}

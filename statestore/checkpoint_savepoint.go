@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -92,33 +93,23 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 	if err != nil {
 		return wrap(err)
 	}
-	// The parts, a transaction per maxBatchBytes, each read (and checked) in
-	// a short read transaction of the store.
+	// The parts, a transaction per maxBatchBytes, each read (and checked)
+	// from the store on its own; a part the store keeps in a file is
+	// inlined, so that the savepoint is one file.
 	for i := 0; i < len(rec.parts); {
 		err = dst.Update(func(tx *bolt.Tx) error {
 			pb := tx.Bucket(bktCheckpoints).Bucket(key).Bucket(bktParts)
 			size := 0
 			for ; i < len(rec.parts) && size < maxBatchBytes; i++ {
 				pi := rec.parts[i]
-				var v []byte
-				err := s.view(func(stx *bolt.Tx) error {
-					cb := stx.Bucket(bktCheckpoints).Bucket(key)
-					if cb == nil || cb.Bucket(bktParts) == nil {
-						return fmt.Errorf("%w: no parts bucket", ErrCheckpointCorrupt)
-					}
-					sv := cb.Bucket(bktParts).Get([]byte(pi.Name))
-					if sv == nil {
-						return fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, pi.Name)
-					}
-					if _, err := checkPart(sv, pi); err != nil {
-						return err
-					}
-					v = slices.Clone(sv)
-					return nil
-				})
+				if pi.Size+partTrailer > bolt.MaxValueSize {
+					return fmt.Errorf("%w: part %q of %d bytes is larger than a savepoint holds (%d)", ErrInvalidPart, pi.Name, pi.Size, bolt.MaxValueSize-partTrailer)
+				}
+				blob, err := readPart(s.view, s.partsDir, id, pi)
 				if err != nil {
 					return err
 				}
+				v := binary.BigEndian.AppendUint32(blob, pi.CRC32C)
 				if err := pb.Put([]byte(pi.Name), v); err != nil {
 					return err
 				}
@@ -195,7 +186,7 @@ func OpenSavepoint(path string) (*Checkpoint, error) {
 			return fmt.Errorf("%w: %d checkpoints in a savepoint, expected 1", ErrCheckpointCorrupt, len(ids))
 		}
 		var err error
-		rec, err = verifyCheckpoint(context.Background(), tx, ids[0])
+		rec, err = verifyCheckpoint(context.Background(), tx, "", ids[0])
 		if errors.Is(err, ErrNoCheckpoint) {
 			err = fmt.Errorf("%w: %w", ErrCheckpointCorrupt, err)
 		}

@@ -768,14 +768,14 @@ func TestCheckpointNewerFormat(t *testing.T) {
 		b := tx.Bucket([]byte("eddy"))
 		rec := slices.Clone(b.Get([]byte("format")))
 		require.Equal(t, []byte("edcp\x01f"), rec[:6])
-		rec[4] = 2
+		rec[4] = 3
 		n := len(rec) - 4
 		binary.BigEndian.PutUint32(rec[n:], crc32.Checksum(rec[:n], crc32.MakeTable(crc32.Castagnoli)))
 		return b.Put([]byte("format"), rec)
 	})
 	_, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{})
 	require.ErrorIs(t, err, statestore.ErrCheckpointFormat)
-	require.ErrorContains(t, err, "version 2 (this build reads 1)")
+	require.ErrorContains(t, err, "version 3 (this build reads 2)")
 }
 
 func TestCheckpointLatestCanceled(t *testing.T) {
@@ -976,28 +976,4 @@ func TestCheckpointKeyedState(t *testing.T) {
 		}
 		require.Equal(t, want, got)
 	})
-}
-
-// PutBuffer stores what Put stores, whether the buffer has room for the
-// checksum (built in place) or not (copied); the bytes after the part in
-// the buffer are not part of it.
-func TestCheckpointPutBuffer(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-	require.NoError(t, err)
-	roomy := append(make([]byte, 0, 100+statestore.PartTrailerSize+10), partBlob(1, "op/a/0", 100)...)
-	tight := slices.Clip(partBlob(1, "op/b/0", 100))
-	require.NoError(t, p.PutBuffer("op/a/0", roomy))
-	require.NoError(t, p.PutBuffer("op/b/0", tight))
-	require.NoError(t, p.Put("op/c/0", partBlob(1, "op/c/0", 100)))
-	require.NoError(t, p.Complete(context.Background()))
-
-	cp, err := s.Latest(context.Background())
-	require.NoError(t, err)
-	defer cp.Close()
-	for _, part := range []string{"op/a/0", "op/b/0", "op/c/0"} {
-		got, err := cp.Get(part)
-		require.NoError(t, err)
-		require.Equal(t, partBlob(1, part, 100), got, part)
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/big"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -171,20 +172,11 @@ func (c *InspectedCheckpoint) Get(part string) ([]byte, error) {
 	if !ok {
 		return nil, wrap(ErrPartNotFound)
 	}
-	var blob []byte
-	err := c.f.db.View(func(tx *bolt.Tx) error {
-		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(c.rec.id))
-		if cb == nil || cb.Bucket(bktParts) == nil {
-			return fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktParts)
-		}
-		v := cb.Bucket(bktParts).Get([]byte(part))
-		if v == nil {
-			return fmt.Errorf("%w: the part is missing", ErrCheckpointCorrupt)
-		}
-		b, err := checkPart(v, pi)
-		blob = slices.Clone(b)
-		return err
-	})
+	partsDir := "" // a savepoint inlines every part
+	if !c.f.savepoint {
+		partsDir = filepath.Join(filepath.Dir(c.f.path), CheckpointPartsDir)
+	}
+	blob, err := readPart(c.f.db.View, partsDir, c.rec.id, pi)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -31,9 +31,10 @@
 // Complete returning (the coordinator's "checkpoint complete" duration),
 // split into align+sync (trigger to the last task's ack: barrier travel,
 // alignment, the synchronous snapshot), encode (a window subtask's ack to
-// the Put of its state part: AppendTo on a goroutine of the coordinator's),
-// write (the Put: a bbolt commit with fsync) and complete (the metadata
-// transaction and retention); "async" is the share after the last ack.
+// the Close of its state part: WriteTo on a goroutine of the coordinator's,
+// streaming into the part's file, so the page cache's copy is included),
+// write (the Close: fsync) and complete (the metadata transaction and
+// retention); "async" is the share after the last ack.
 // Size is the sum of the state parts: the encoded snapshot. With few
 // checkpoints, p99 is the maximum (nearest rank).
 //
@@ -403,8 +404,8 @@ type sample struct {
 
 // printTimeline prints the records/s of each period between samples and
 // the phase of the checkpoint under way at its end: sync (trigger to the
-// last ack), encode (to the first state part's Put), write (to Complete),
-// complete.
+// last ack), encode (to the first state part's Close), write (to
+// Complete), complete.
 func printTimeline(backend, mode string, t0 time.Time, c0 float64, samples []sample, cs []ckpt) {
 	fmt.Printf("timeline %s %s:\n", backend, mode)
 	prev := sample{t0, c0}
@@ -588,8 +589,8 @@ type ckpt struct {
 	begin      time.Time // trigger (Begin)
 	lastAck    time.Time // the last task's ack: every synchronous part done
 	stateAck   map[string]time.Time
-	encode     time.Duration // summed over state parts: ack -> Put call
-	write      time.Duration // summed over state parts: Put
+	encode     time.Duration // summed over state parts: ack -> Close (encoded and written to the page cache)
+	write      time.Duration // summed over state parts: Close (fsync)
 	stateBytes int64
 	completeAt time.Time // Complete called
 	done       time.Time // Complete returned nil
@@ -695,22 +696,44 @@ func (p recPending) Put(part string, blob []byte) error {
 	return err
 }
 
-// PutBuffer passes the coordinator's in-place Put of a state part on to the
-// store (statestore's PutBuffer), as the coordinator does without this
-// wrapper.
-func (p recPending) PutBuffer(part string, buf []byte) error {
-	t0 := time.Now()
-	var err error
-	if bp, ok := p.inner.(interface{ PutBuffer(string, []byte) error }); ok {
-		err = bp.PutBuffer(part, buf)
-	} else {
-		err = p.inner.Put(part, buf)
+// Create passes the coordinator's streamed state part on to the store, as
+// the coordinator does without this wrapper, and times it: the encoding
+// (the ack to Close, writes into the page cache included), then Close (the
+// fsync).
+func (p recPending) Create(part string) (pipeline.PartWriter, error) {
+	pc, ok := p.inner.(pipeline.PartCreator)
+	if !ok {
+		return nil, fmt.Errorf("the store does not stream parts")
 	}
-	p.record(part, len(buf), t0, time.Now())
+	w, err := pc.Create(part)
+	if err != nil {
+		return nil, err
+	}
+	return &recWriter{PartWriter: w, p: p, part: part}, nil
+}
+
+type recWriter struct {
+	pipeline.PartWriter
+	p    recPending
+	part string
+	n    int
+}
+
+func (w *recWriter) Write(b []byte) (int, error) {
+	n, err := w.PartWriter.Write(b)
+	w.n += n
+	return n, err
+}
+
+func (w *recWriter) Close() error {
+	t0 := time.Now()
+	err := w.PartWriter.Close()
+	w.p.record(w.part, w.n, t0, time.Now())
 	return err
 }
 
-// record adds the Put of a state part, from t0 to t1, to its checkpoint.
+// record adds a state part to its checkpoint: encoded (and written) from
+// its ack to t0, then put or fsynced from t0 to t1.
 func (p recPending) record(part string, size int, t0, t1 time.Time) {
 	if !strings.HasPrefix(part, "op/") {
 		return

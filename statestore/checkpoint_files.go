@@ -1,0 +1,370 @@
+package statestore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Part files: a part written with PendingCheckpoint.Create is streamed to a
+// file of its own, DIR/checkpoints.parts/<id>/<n>.part, instead of being
+// held in memory whole and copied into a bbolt value. The file holds what a
+// bbolt value would (the blob, then its CRC32-C); Complete records it in the
+// checkpoint's "files" bucket, in the metadata's transaction, after the
+// files and their directories were fsynced. Deleting a checkpoint removes
+// its directory after its bucket; a directory whose checkpoint is in no
+// bucket and being written by no PendingCheckpoint (a crash's leftover) is
+// removed by retention. Savepoints inline every part.
+
+const (
+	// CheckpointPartsDir is the directory, next to the store's file, of
+	// the parts written with Create: one sub-directory per checkpoint id.
+	CheckpointPartsDir = CheckpointFileName + ".parts"
+
+	// partWriteBuffer buffers a PartWriter's small writes; larger ones go
+	// straight to the file.
+	partWriteBuffer = 1 << 20
+)
+
+// bktFiles is the bucket, in a checkpoint's bucket, naming the file of each
+// part written with Create: name → size (uint64 big-endian) ‖ file name.
+var bktFiles = []byte("files")
+
+func ckptFilesDir(partsDir string, id int64) string {
+	return filepath.Join(partsDir, strconv.FormatInt(id, 10))
+}
+
+// fileRef is the value of a part in the files bucket.
+func fileRef(size int64, file string) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, uint64(size)), file...)
+}
+
+// parseFileRef decodes a files-bucket value; the file name must be a plain
+// name (a damaged value never points outside the checkpoint's directory).
+func parseFileRef(v []byte) (size int64, file string, err error) {
+	if len(v) <= 8 {
+		return 0, "", fmt.Errorf("%w: file reference of %d bytes", ErrCheckpointCorrupt, len(v))
+	}
+	file = string(v[8:])
+	if file != filepath.Base(file) || file == "." || file == ".." {
+		return 0, "", fmt.Errorf("%w: file reference %q", ErrCheckpointCorrupt, file)
+	}
+	return int64(binary.BigEndian.Uint64(v)), file, nil
+}
+
+// PartWriter streams one part of a pending checkpoint to its file: Write
+// the blob in pieces (the CRC32-C is computed as it goes), then Close,
+// which makes it durable, or Abort. Not safe for concurrent use.
+type PartWriter struct {
+	p    *PendingCheckpoint
+	name string
+	file string // base name in the checkpoint's directory
+	path string
+	f    *os.File
+	bw   *bufio.Writer
+	crc  uint32
+	n    int64
+	err  error
+	done bool
+}
+
+// Create starts a part written as a stream, for a part too large to hold in
+// memory whole (a subtask's keyed state): Write it, then Close the writer,
+// which fsyncs the file before it returns. Until then it counts as a Put in
+// flight: Complete and Abort wait for it. The same names and rules as Put
+// apply; a failed Write or Close fails the checkpoint.
+func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
+	wrap := func(err error) error { return fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err) }
+	if part == "" || len(part) > MaxPartNameLen {
+		return nil, wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
+	}
+	p.mu.Lock()
+	switch {
+	case p.state != pendingCkptOpen:
+		p.mu.Unlock()
+		return nil, wrap(ErrCheckpointFinished)
+	case p.err != nil:
+		err := p.err
+		p.mu.Unlock()
+		return nil, wrap(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
+	}
+	if _, dup := p.parts[part]; dup {
+		p.mu.Unlock()
+		return nil, wrap(ErrDuplicatePart)
+	}
+	if _, dup := p.files[part]; dup {
+		p.mu.Unlock()
+		return nil, wrap(ErrDuplicatePart)
+	}
+	p.nfiles++
+	file := strconv.Itoa(p.nfiles) + ".part"
+	p.files[part] = file
+	p.puts.Add(1)
+	p.mu.Unlock()
+
+	w := &PartWriter{p: p, name: part, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
+	err := os.MkdirAll(filepath.Dir(w.path), 0o755)
+	if err == nil {
+		err = p.s.faults.File(OpPartCreate, w.path)
+	}
+	if err == nil {
+		w.f, err = os.OpenFile(w.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	}
+	if err != nil {
+		w.finish(err)
+		return nil, wrap(err)
+	}
+	w.bw = bufio.NewWriterSize(w.f, partWriteBuffer)
+	return w, nil
+}
+
+// Write appends b to the part's blob.
+func (w *PartWriter) Write(b []byte) (int, error) {
+	if w.done {
+		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
+	if err == nil {
+		_, err = w.bw.Write(stored)
+	}
+	if err != nil {
+		w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
+		return 0, w.err
+	}
+	w.crc = crc32.Update(w.crc, crcTable, b)
+	w.n += int64(len(b))
+	return len(b), nil
+}
+
+// Close appends the checksum, fsyncs the file and records the part; once
+// it returns nil the part is durable (Complete makes it visible). After a
+// failed Write, Close returns that error and fails the checkpoint.
+func (w *PartWriter) Close() error {
+	if w.done {
+		return nil
+	}
+	err := w.err
+	if err == nil {
+		err = w.flush()
+	}
+	w.finish(err)
+	if err != nil {
+		return fmt.Errorf("close part %q of checkpoint %d: %w", w.name, w.p.id, err)
+	}
+	return nil
+}
+
+func (w *PartWriter) flush() error {
+	var trailer [partTrailer]byte
+	binary.BigEndian.PutUint32(trailer[:], w.crc)
+	if _, err := w.bw.Write(trailer[:]); err != nil {
+		return err
+	}
+	if err := w.bw.Flush(); err != nil {
+		return err
+	}
+	if err := w.p.s.faults.File(OpPartSync, w.path); err != nil {
+		return err
+	}
+	if err := w.f.Sync(); err != nil {
+		return err
+	}
+	err := w.f.Close()
+	w.f = nil
+	return err
+}
+
+// Abort gives the part up (an encoding failed): the checkpoint fails.
+func (w *PartWriter) Abort() {
+	if !w.done {
+		w.finish(fmt.Errorf("part %q was aborted", w.name))
+	}
+}
+
+// finish ends the writer: with err nil it records the part, else it fails
+// the checkpoint (whose deletion removes the file).
+func (w *PartWriter) finish(err error) {
+	w.done = true
+	if w.f != nil {
+		_ = w.f.Close()
+		w.f = nil
+	}
+	p := w.p
+	if err != nil {
+		p.fail(err)
+	} else {
+		p.mu.Lock()
+		p.parts[w.name] = PartInfo{Name: w.name, Size: w.n, CRC32C: w.crc}
+		p.mu.Unlock()
+	}
+	p.puts.Done()
+}
+
+// syncPartFiles checks that checkpoint id's part files hold what was
+// written (a torn write that lost bytes fails the checkpoint here, as an
+// inline part's does in Complete's transaction) and makes their directory
+// entries durable, before Complete references them.
+func (s *CheckpointStore) syncPartFiles(id int64, files map[string]string, parts []PartInfo) error {
+	dir := ckptFilesDir(s.partsDir, id)
+	for _, pi := range parts {
+		file, ok := files[pi.Name]
+		if !ok {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(dir, file))
+		if err != nil {
+			return err
+		}
+		if st.Size() != pi.Size+partTrailer {
+			return fmt.Errorf("%w: part %q is not stored as written (a file of %d bytes, %d written)", ErrCheckpointCorrupt, pi.Name, st.Size(), pi.Size+partTrailer)
+		}
+	}
+	if err := s.faults.File(OpPartSyncDir, dir); err != nil {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	return syncDir(s.partsDir)
+}
+
+// removePartFiles removes the part files of deleted checkpoints; a failure
+// is logged (retention removes the directory later).
+func (s *CheckpointStore) removePartFiles(ids []int64) {
+	for _, id := range ids {
+		if err := os.RemoveAll(ckptFilesDir(s.partsDir, id)); err != nil {
+			s.log.Warn("could not remove a deleted checkpoint's part files; retrying after the next checkpoint",
+				"store", s.path, "checkpoint", id, "error", err.Error())
+		}
+	}
+}
+
+// partFileDirs lists the checkpoint ids that have a part-file directory.
+// Entries that are not a checkpoint's directory are left alone.
+func (s *CheckpointStore) partFileDirs() ([]int64, error) {
+	entries, err := os.ReadDir(s.partsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for _, e := range entries {
+		if id, err := strconv.ParseInt(e.Name(), 10, 64); err == nil && id > 0 && e.IsDir() && e.Name() == strconv.FormatInt(id, 10) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// partLocation finds part name of the checkpoint in bucket cb: its stored
+// value (inline, pointing into the transaction's memory), or the path of its
+// file under partsDir ("" partsDir: files are not allowed, as in a
+// savepoint).
+func partLocation(cb *bolt.Bucket, partsDir string, id int64, name string) (value []byte, path string, err error) {
+	if pb := cb.Bucket(bktParts); pb != nil {
+		if v := pb.Get([]byte(name)); v != nil {
+			return v, "", nil
+		}
+	}
+	fb := cb.Bucket(bktFiles)
+	if fb == nil {
+		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, name)
+	}
+	ref := fb.Get([]byte(name))
+	if ref == nil {
+		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, name)
+	}
+	if partsDir == "" {
+		return nil, "", fmt.Errorf("%w: part %q refers to a file, which a savepoint cannot have", ErrCheckpointCorrupt, name)
+	}
+	_, file, err := parseFileRef(ref)
+	if err != nil {
+		return nil, "", fmt.Errorf("part %q: %w", name, err)
+	}
+	return nil, filepath.Join(ckptFilesDir(partsDir, id), file), nil
+}
+
+// readPart returns a verified copy of part pi's blob of checkpoint id: view
+// runs a read transaction of the file holding it; a part file is read after
+// that transaction.
+func readPart(view func(func(*bolt.Tx) error) error, partsDir string, id int64, pi PartInfo) ([]byte, error) {
+	var blob []byte
+	var path string
+	err := view(func(tx *bolt.Tx) error {
+		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id))
+		if cb == nil {
+			return fmt.Errorf("%w: the checkpoint was deleted", ErrCheckpointCorrupt)
+		}
+		v, p, err := partLocation(cb, partsDir, id, pi.Name)
+		if err != nil || p != "" {
+			path = p
+			return err
+		}
+		b, err := checkPart(v, pi)
+		blob = append(make([]byte, 0, len(b)), b...)
+		return err
+	})
+	if err != nil || path == "" {
+		return blob, err
+	}
+	v, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: the file of part %q is missing: %v", ErrCheckpointCorrupt, pi.Name, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("part %q: %w", pi.Name, err)
+	}
+	return checkPart(v, pi)
+}
+
+// verifyPartFile checks a part file against the metadata as checkPart
+// checks a value, reading it in pieces.
+func verifyPartFile(path string, want PartInfo) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: the file of part %q is missing: %v", ErrCheckpointCorrupt, want.Name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("part %q: %w", want.Name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("part %q: %w", want.Name, err)
+	}
+	if st.Size() != want.Size+partTrailer {
+		return fmt.Errorf("%w: part %q: file of %d bytes, the metadata says %d bytes and a %d-byte checksum",
+			ErrCheckpointCorrupt, want.Name, st.Size(), want.Size, partTrailer)
+	}
+	h := crc32.New(crcTable)
+	if _, err := io.Copy(h, io.LimitReader(f, want.Size)); err != nil {
+		return fmt.Errorf("part %q: %w", want.Name, err)
+	}
+	var trailer [partTrailer]byte
+	if _, err := io.ReadFull(f, trailer[:]); err != nil {
+		return fmt.Errorf("%w: part %q: %v", ErrCheckpointCorrupt, want.Name, err)
+	}
+	got, stored := h.Sum32(), binary.BigEndian.Uint32(trailer[:])
+	if got != stored {
+		return fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCheckpointCorrupt, want.Name, got, stored)
+	}
+	if stored != want.CRC32C {
+		return fmt.Errorf("%w: part %q: %d bytes with checksum %08x, the metadata says %d bytes with %08x",
+			ErrCheckpointCorrupt, want.Name, want.Size, stored, want.Size, want.CRC32C)
+	}
+	return nil
+}
