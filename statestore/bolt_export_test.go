@@ -61,3 +61,11 @@ func BoltPageWrites(b *Bolt) int64 {
 	st := b.db.Stats()
 	return st.TxStats.GetWrite()
 }
+
+// SetDirectIO turns direct I/O of part files on or off, for tests; it
+// returns the previous setting.
+func SetDirectIO(on bool) bool {
+	old := useDirectIO
+	useDirectIO = on && directIOFlag != 0
+	return old
+}

@@ -81,7 +81,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 			wg.Go(func() {
 				for i := w; i < crashParts; i += 4 {
 					part := crashPartName(i)
-					if err := p.Put(part, partBlob(id, part, crashPartSize(id, i))); err != nil {
+					if err := crashPut(p, i, part, partBlob(id, part, crashPartSize(id, i))); err != nil {
 						fail(err)
 					}
 					fmt.Printf("put %d %s\n", id, part)
@@ -97,6 +97,24 @@ func TestCheckpointCrashChild(t *testing.T) {
 		}
 		fmt.Printf("wrote %d\n", id)
 	}
+}
+
+// crashPut stores the odd parts as part files, streamed in three pieces,
+// and the even ones with Put.
+func crashPut(p *statestore.PendingCheckpoint, i int, part string, blob []byte) error {
+	if i%2 == 0 {
+		return p.Put(part, blob)
+	}
+	w, err := p.Create(part)
+	if err != nil {
+		return err
+	}
+	for _, piece := range [][]byte{blob[:len(blob)/3], blob[len(blob)/3 : len(blob)/2], blob[len(blob)/2:]} {
+		if _, err := w.Write(piece); err != nil {
+			return err
+		}
+	}
+	return w.Close()
 }
 
 func TestCheckpointCrash(t *testing.T) {
@@ -182,9 +200,13 @@ func TestCheckpointCrash(t *testing.T) {
 		infos, err := s.List()
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(infos), crashRetain)
+		var ids []string
 		for _, ci := range infos {
 			require.True(t, ci.Complete, "round %d: %+v", round, ci)
+			ids = append(ids, strconv.FormatInt(ci.ID, 10))
 		}
+		// ... and the part files of every checkpoint it does not hold.
+		require.ElementsMatch(t, ids, partDirs(t, dir), "round %d: part-file directories", round)
 		lastWrote = max(lastWrote, cp.ID())
 		require.NoError(t, s.Close(context.Background()))
 	}

@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -30,10 +31,25 @@ const (
 	// the parts written with Create: one sub-directory per checkpoint id.
 	CheckpointPartsDir = CheckpointFileName + ".parts"
 
-	// partWriteBuffer buffers a PartWriter's small writes; larger ones go
-	// straight to the file.
-	partWriteBuffer = 1 << 20
+	// partWriteBuffer is the buffer a PartWriter writes to its file in
+	// pieces of, aligned in memory and in the file for direct I/O.
+	partWriteBuffer = 4 << 20
+	// directIOAlign is the alignment direct I/O needs (a multiple of the
+	// logical block size of common disks).
+	directIOAlign = 4096
 )
+
+// useDirectIO is whether part files try direct I/O; tests turn it off to
+// cover the file systems that refuse it.
+var useDirectIO = directIOFlag != 0
+
+// partBuffers recycles the PartWriters' buffers.
+var partBuffers = sync.Pool{New: func() any {
+	b := make([]byte, partWriteBuffer+directIOAlign)
+	off := (directIOAlign - int(uintptr(unsafe.Pointer(&b[0]))%directIOAlign)) % directIOAlign
+	b = b[off : off+partWriteBuffer : off+partWriteBuffer]
+	return &b
+}}
 
 // bktFiles is the bucket, in a checkpoint's bucket, naming the file of each
 // part written with Create: name → size (uint64 big-endian) ‖ file name.
@@ -64,17 +80,26 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 // PartWriter streams one part of a pending checkpoint to its file: Write
 // the blob in pieces (the CRC32-C is computed as it goes), then Close,
 // which makes it durable, or Abort. Not safe for concurrent use.
+//
+// Where the file system allows it, the file is written with direct I/O
+// (O_DIRECT on Linux), from an aligned buffer of partWriteBuffer bytes:
+// the part does not go through the page cache, whose copy, page
+// allocation and write-back cost about 1 CPU-second per GiB, and does not
+// evict the pages of the process's live data. A file system that refuses
+// it gets ordinary writes.
 type PartWriter struct {
-	p    *PendingCheckpoint
-	name string
-	file string // base name in the checkpoint's directory
-	path string
-	f    *os.File
-	bw   *bufio.Writer
-	crc  uint32
-	n    int64
-	err  error
-	done bool
+	p      *PendingCheckpoint
+	name   string
+	file   string // base name in the checkpoint's directory
+	path   string
+	f      *os.File
+	direct bool   // f was opened for direct I/O
+	buf    []byte // aligned; len: the bytes not yet written
+	crc    uint32
+	n      int64 // bytes of the blob written
+	stored int64 // bytes of it stored (fewer after a torn write; tests only)
+	err    error
+	done   bool
 }
 
 // Create starts a part written as a stream, for a part too large to hold in
@@ -117,14 +142,27 @@ func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
 		err = p.s.faults.File(OpPartCreate, w.path)
 	}
 	if err == nil {
-		w.f, err = os.OpenFile(w.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+		w.f, w.direct, err = openPartFile(w.path)
 	}
 	if err != nil {
 		w.finish(err)
 		return nil, wrap(err)
 	}
-	w.bw = bufio.NewWriterSize(w.f, partWriteBuffer)
+	w.buf = (*partBuffers.Get().(*[]byte))[:0]
 	return w, nil
+}
+
+// openPartFile creates (or truncates) a part file, for direct I/O when the
+// file system allows it.
+func openPartFile(path string) (f *os.File, direct bool, err error) {
+	const flags = os.O_CREATE | os.O_TRUNC | os.O_WRONLY
+	if useDirectIO {
+		if f, err = os.OpenFile(path, flags|directIOFlag, 0o600); err == nil {
+			return f, true, nil
+		}
+	}
+	f, err = os.OpenFile(path, flags, 0o600)
+	return f, false, err
 }
 
 // Write appends b to the part's blob.
@@ -137,7 +175,8 @@ func (w *PartWriter) Write(b []byte) (int, error) {
 	}
 	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
 	if err == nil {
-		_, err = w.bw.Write(stored)
+		err = w.buffer(stored)
+		w.stored += int64(len(stored))
 	}
 	if err != nil {
 		w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
@@ -166,14 +205,59 @@ func (w *PartWriter) Close() error {
 	return nil
 }
 
+// buffer appends b to the buffer, writing it to the file whenever it fills.
+func (w *PartWriter) buffer(b []byte) error {
+	for len(b) > 0 {
+		n := copy(w.buf[len(w.buf):cap(w.buf)], b)
+		w.buf, b = w.buf[:len(w.buf)+n], b[n:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.write(w.buf); err != nil {
+				return err
+			}
+			w.buf = w.buf[:0]
+		}
+	}
+	return nil
+}
+
+// write writes a piece of the buffer. With direct I/O its length must be
+// a multiple of directIOAlign; a file system that refuses the write
+// (EINVAL) gets it again, and the rest of the file, without direct I/O.
+func (w *PartWriter) write(b []byte) error {
+	_, err := w.f.Write(b)
+	if err != nil && w.direct && errors.Is(err, errInvalid) {
+		if cerr := clearDirectIO(w.f); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		w.direct = false
+		_, err = w.f.Write(b)
+	}
+	return err
+}
+
 func (w *PartWriter) flush() error {
 	var trailer [partTrailer]byte
 	binary.BigEndian.PutUint32(trailer[:], w.crc)
-	if _, err := w.bw.Write(trailer[:]); err != nil {
+	if err := w.buffer(trailer[:]); err != nil {
 		return err
 	}
-	if err := w.bw.Flush(); err != nil {
-		return err
+	if n := len(w.buf); n > 0 {
+		if !w.direct {
+			if err := w.write(w.buf); err != nil {
+				return err
+			}
+		} else {
+			// Direct I/O writes whole blocks: pad the last one, then cut
+			// the file back to its size.
+			padded := (n + directIOAlign - 1) / directIOAlign * directIOAlign
+			clear(w.buf[n:padded])
+			if err := w.write(w.buf[:padded]); err != nil {
+				return err
+			}
+			if err := w.f.Truncate(w.stored + partTrailer); err != nil {
+				return err
+			}
+		}
 	}
 	if err := w.p.s.faults.File(OpPartSync, w.path); err != nil {
 		return err
@@ -200,6 +284,11 @@ func (w *PartWriter) finish(err error) {
 	if w.f != nil {
 		_ = w.f.Close()
 		w.f = nil
+	}
+	if w.buf != nil {
+		b := w.buf[:0]
+		partBuffers.Put(&b)
+		w.buf = nil
 	}
 	p := w.p
 	if err != nil {

@@ -1,6 +1,7 @@
 package statestore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -65,6 +66,22 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 	return nil
 }
 
+// forEachIO runs fn with part files written with direct I/O (where the
+// file system allows it) and without, as on a file system that refuses it.
+func forEachIO(t *testing.T, fn func(t *testing.T)) {
+	for _, direct := range []bool{true, false} {
+		name := "buffered"
+		if direct {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) {
+			old := statestore.SetDirectIO(direct)
+			defer statestore.SetDirectIO(old)
+			fn(t)
+		})
+	}
+}
+
 // partDirs lists the checkpoint ids with a part-file directory.
 func partDirs(t *testing.T, dir string) []string {
 	t.Helper()
@@ -83,211 +100,219 @@ func partDirs(t *testing.T, dir string) []string {
 // Streamed parts read back as written, through Latest, List, a savepoint
 // (which inlines them) and inspection; retention removes their files.
 func TestCheckpointPartFiles(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
-	for id := int64(1); id <= 4; id++ {
-		writeFileCheckpoint(t, s, id)
-	}
-	require.Equal(t, int64(4), latestID(t, s))
-	require.Equal(t, []string{"3", "4"}, partDirs(t, dir), "retention removes the files of deleted checkpoints")
-	files, err := filepath.Glob(filepath.Join(dir, statestore.CheckpointPartsDir, "4", "*"))
-	require.NoError(t, err)
-	require.Len(t, files, len(fileParts))
-
-	infos, err := s.List()
-	require.NoError(t, err)
-	var size int64
-	for i := range testParts {
-		size += int64(partSize(i))
-	}
-	require.Equal(t, statestore.CheckpointInfo{ID: 4, Time: infos[0].Time, Pipeline: "test", Size: size, Parts: len(testParts), Complete: true}, infos[0])
-
-	sp := filepath.Join(t.TempDir(), "sp")
-	require.NoError(t, s.ExportSavepoint(4, sp))
-	cp, err := statestore.OpenSavepoint(sp)
-	require.NoError(t, err)
-	requireCheckpoint(t, cp, 4)
-	require.NoError(t, cp.Close())
-
-	require.NoError(t, s.Close(context.Background()))
-	// The metadata of a checkpoint with part files is a version-2 record:
-	// a version-1 reader refuses it instead of taking the files for
-	// missing parts. A checkpoint without them stays version 1.
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
-	writeCheckpoint(t, s, 5)
-	require.NoError(t, s.Close(context.Background()))
-	db, err := bolt.Open(filepath.Join(dir, statestore.CheckpointFileName), 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.View(func(tx *bolt.Tx) error {
-		require.Equal(t, []byte("edcp\x02m"), ckptBucket(t, tx, 4).Get([]byte("meta"))[:6])
-		require.Equal(t, []byte("edcp\x01m"), ckptBucket(t, tx, 5).Get([]byte("meta"))[:6])
-		return nil
-	}))
-	require.NoError(t, db.Close())
-
-	f, err := statestore.OpenCheckpointFile(filepath.Join(dir, statestore.CheckpointFileName), 0)
-	require.NoError(t, err)
-	defer f.Close()
-	ic, err := f.Checkpoint(4)
-	require.NoError(t, err)
-	for i, part := range testParts {
-		blob, err := ic.Get(part)
+	forEachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
+		for id := int64(1); id <= 4; id++ {
+			writeFileCheckpoint(t, s, id)
+		}
+		require.Equal(t, int64(4), latestID(t, s))
+		require.Equal(t, []string{"3", "4"}, partDirs(t, dir), "retention removes the files of deleted checkpoints")
+		files, err := filepath.Glob(filepath.Join(dir, statestore.CheckpointPartsDir, "4", "*"))
 		require.NoError(t, err)
-		require.Equal(t, partBlob(4, part, partSize(i)), blob, part)
-	}
+		require.Len(t, files, len(fileParts))
+
+		infos, err := s.List()
+		require.NoError(t, err)
+		var size int64
+		for i := range testParts {
+			size += int64(partSize(i))
+		}
+		require.Equal(t, statestore.CheckpointInfo{ID: 4, Time: infos[0].Time, Pipeline: "test", Size: size, Parts: len(testParts), Complete: true}, infos[0])
+
+		sp := filepath.Join(t.TempDir(), "sp")
+		require.NoError(t, s.ExportSavepoint(4, sp))
+		cp, err := statestore.OpenSavepoint(sp)
+		require.NoError(t, err)
+		requireCheckpoint(t, cp, 4)
+		require.NoError(t, cp.Close())
+
+		require.NoError(t, s.Close(context.Background()))
+		// The metadata of a checkpoint with part files is a version-2 record:
+		// a version-1 reader refuses it instead of taking the files for
+		// missing parts. A checkpoint without them stays version 1.
+		s = openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
+		writeCheckpoint(t, s, 5)
+		require.NoError(t, s.Close(context.Background()))
+		db, err := bolt.Open(filepath.Join(dir, statestore.CheckpointFileName), 0o600, nil)
+		require.NoError(t, err)
+		require.NoError(t, db.View(func(tx *bolt.Tx) error {
+			require.Equal(t, []byte("edcp\x02m"), ckptBucket(t, tx, 4).Get([]byte("meta"))[:6])
+			require.Equal(t, []byte("edcp\x01m"), ckptBucket(t, tx, 5).Get([]byte("meta"))[:6])
+			return nil
+		}))
+		require.NoError(t, db.Close())
+
+		f, err := statestore.OpenCheckpointFile(filepath.Join(dir, statestore.CheckpointFileName), 0)
+		require.NoError(t, err)
+		defer f.Close()
+		ic, err := f.Checkpoint(4)
+		require.NoError(t, err)
+		for i, part := range testParts {
+			blob, err := ic.Get(part)
+			require.NoError(t, err)
+			require.Equal(t, partBlob(4, part, partSize(i)), blob, part)
+		}
+	})
 }
 
 // A part name is stored once, whether streamed or put.
 func TestCheckpointPartFileDuplicate(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-	require.NoError(t, err)
-	w, err := p.Create("op/a/0")
-	require.NoError(t, err)
-	_, err = p.Create("op/a/0")
-	require.ErrorIs(t, err, statestore.ErrDuplicatePart)
-	require.ErrorIs(t, p.Put("op/a/0", []byte("x")), statestore.ErrDuplicatePart)
-	require.NoError(t, p.Put("op/b/0", []byte("x")))
-	_, err = p.Create("op/b/0")
-	require.ErrorIs(t, err, statestore.ErrDuplicatePart)
-	_, err = w.Write([]byte("state"))
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.NoError(t, p.Complete(context.Background()))
-	cp, err := s.Latest(context.Background())
-	require.NoError(t, err)
-	defer cp.Close()
-	got, err := cp.Get("op/a/0")
-	require.NoError(t, err)
-	require.Equal(t, []byte("state"), got)
+	forEachIO(t, func(t *testing.T) {
+		s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/a/0")
+		require.NoError(t, err)
+		_, err = p.Create("op/a/0")
+		require.ErrorIs(t, err, statestore.ErrDuplicatePart)
+		require.ErrorIs(t, p.Put("op/a/0", []byte("x")), statestore.ErrDuplicatePart)
+		require.NoError(t, p.Put("op/b/0", []byte("x")))
+		_, err = p.Create("op/b/0")
+		require.ErrorIs(t, err, statestore.ErrDuplicatePart)
+		_, err = w.Write([]byte("state"))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		require.NoError(t, p.Complete(context.Background()))
+		cp, err := s.Latest(context.Background())
+		require.NoError(t, err)
+		defer cp.Close()
+		got, err := cp.Get("op/a/0")
+		require.NoError(t, err)
+		require.Equal(t, []byte("state"), got)
+	})
 }
 
 // Faults while a part is streamed fail its checkpoint, whose files are
 // removed; the previous checkpoint stays the latest, and the id can be
 // written again.
 func TestCheckpointPartFileFaults(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		faults statestore.CheckpointFaultFuncs
-		errs   []error
-	}{
-		{
-			name: "full disk on a write",
-			faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
-				if id == 2 && part == "op/agg/1" {
-					return nil, syscall.ENOSPC
+	forEachIO(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			faults statestore.CheckpointFaultFuncs
+			errs   []error
+		}{
+			{
+				name: "full disk on a write",
+				faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+					if id == 2 && part == "op/agg/1" {
+						return nil, syscall.ENOSPC
+					}
+					return blob, nil
+				}},
+				errs: []error{syscall.ENOSPC},
+			},
+			{
+				name: "torn write that loses bytes",
+				faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+					if id == 2 && part == "op/agg/1" {
+						return blob[:len(blob)/2], nil
+					}
+					return blob, nil
+				}},
+				errs: []error{statestore.ErrCheckpointCorrupt},
+			},
+			{
+				name: "failed create",
+				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
+					if op == statestore.OpPartCreate && filepath.Base(filepath.Dir(path)) == "2" {
+						return syscall.EACCES
+					}
+					return nil
+				}},
+				errs: []error{syscall.EACCES},
+			},
+			{
+				name: "failed fsync of a part",
+				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
+					if op == statestore.OpPartSync && filepath.Base(filepath.Dir(path)) == "2" {
+						return errInjected
+					}
+					return nil
+				}},
+				errs: []error{errInjected},
+			},
+			{
+				name: "failed fsync of the directory",
+				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
+					if op == statestore.OpPartSyncDir && filepath.Base(path) == "2" {
+						return errInjected
+					}
+					return nil
+				}},
+				errs: []error{errInjected},
+			},
+			{
+				name: "failed fsync of the completion",
+				faults: statestore.CheckpointFaultFuncs{CommitFunc: func(op statestore.CheckpointOp, id int64, _ string) error {
+					if op == statestore.OpComplete && id == 2 {
+						return errInjected
+					}
+					return nil
+				}},
+				errs: []error{errInjected},
+			},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				dir := t.TempDir()
+				s := openStore(t, dir, statestore.CheckpointStoreOptions{Faults: tc.faults})
+				writeFileCheckpoint(t, s, 1)
+				err := tryFileCheckpoint(s, 2)
+				for _, want := range tc.errs {
+					require.ErrorIs(t, err, want)
 				}
-				return blob, nil
-			}},
-			errs: []error{syscall.ENOSPC},
-		},
-		{
-			name: "torn write that loses bytes",
-			faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
-				if id == 2 && part == "op/agg/1" {
-					return blob[:len(blob)/2], nil
-				}
-				return blob, nil
-			}},
-			errs: []error{statestore.ErrCheckpointCorrupt},
-		},
-		{
-			name: "failed create",
-			faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-				if op == statestore.OpPartCreate && filepath.Base(filepath.Dir(path)) == "2" {
-					return syscall.EACCES
-				}
-				return nil
-			}},
-			errs: []error{syscall.EACCES},
-		},
-		{
-			name: "failed fsync of a part",
-			faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-				if op == statestore.OpPartSync && filepath.Base(filepath.Dir(path)) == "2" {
-					return errInjected
-				}
-				return nil
-			}},
-			errs: []error{errInjected},
-		},
-		{
-			name: "failed fsync of the directory",
-			faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-				if op == statestore.OpPartSyncDir && filepath.Base(path) == "2" {
-					return errInjected
-				}
-				return nil
-			}},
-			errs: []error{errInjected},
-		},
-		{
-			name: "failed fsync of the completion",
-			faults: statestore.CheckpointFaultFuncs{CommitFunc: func(op statestore.CheckpointOp, id int64, _ string) error {
-				if op == statestore.OpComplete && id == 2 {
-					return errInjected
-				}
-				return nil
-			}},
-			errs: []error{errInjected},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := openStore(t, dir, statestore.CheckpointStoreOptions{Faults: tc.faults})
-			writeFileCheckpoint(t, s, 1)
-			err := tryFileCheckpoint(s, 2)
-			for _, want := range tc.errs {
-				require.ErrorIs(t, err, want)
-			}
-			complete, incomplete := listIDs(t, s)
-			require.Equal(t, []int64{1}, complete)
-			require.Empty(t, incomplete)
-			require.Equal(t, []string{"1"}, partDirs(t, dir), "the failed checkpoint's files are removed")
-			require.Equal(t, int64(1), latestID(t, s))
+				complete, incomplete := listIDs(t, s)
+				require.Equal(t, []int64{1}, complete)
+				require.Empty(t, incomplete)
+				require.Equal(t, []string{"1"}, partDirs(t, dir), "the failed checkpoint's files are removed")
+				require.Equal(t, int64(1), latestID(t, s))
 
-			require.NoError(t, s.Close(context.Background()))
-			s = openStore(t, dir, statestore.CheckpointStoreOptions{})
-			writeFileCheckpoint(t, s, 2)
-			require.Equal(t, int64(2), latestID(t, s))
-		})
-	}
+				require.NoError(t, s.Close(context.Background()))
+				s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+				writeFileCheckpoint(t, s, 2)
+				require.Equal(t, int64(2), latestID(t, s))
+			})
+		}
+	})
 }
 
 // A part file that is damaged, truncated or missing fails verification:
 // Latest falls back to the previous checkpoint and says why.
 func TestCheckpointPartFileCorruption(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		damage func(t *testing.T, dir, file string)
-		reason string
-	}{
-		{"byte flip", func(t *testing.T, dir, _ string) {
-			statestoretest.CorruptPart(t, filepath.Join(dir, statestore.CheckpointFileName), 2, "op/agg/1")
-		}, `part \"op/agg/1\": checksum`},
-		{"truncated", func(t *testing.T, _, file string) {
-			require.NoError(t, os.Truncate(file, 10))
-		}, `part \"op/agg/1\": file of 10 bytes`},
-		{"missing", func(t *testing.T, _, file string) {
-			require.NoError(t, os.Remove(file))
-		}, `the file of part \"op/agg/1\" is missing`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			logs := &logBuffer{}
-			s := openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
-			writeFileCheckpoint(t, s, 1)
-			writeFileCheckpoint(t, s, 2)
-			require.NoError(t, s.Close(context.Background()))
-			// op/agg/1 is the second file created.
-			tc.damage(t, dir, filepath.Join(dir, statestore.CheckpointPartsDir, "2", "2.part"))
+	forEachIO(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			damage func(t *testing.T, dir, file string)
+			reason string
+		}{
+			{"byte flip", func(t *testing.T, dir, _ string) {
+				statestoretest.CorruptPart(t, filepath.Join(dir, statestore.CheckpointFileName), 2, "op/agg/1")
+			}, `part \"op/agg/1\": checksum`},
+			{"truncated", func(t *testing.T, _, file string) {
+				require.NoError(t, os.Truncate(file, 10))
+			}, `part \"op/agg/1\": file of 10 bytes`},
+			{"missing", func(t *testing.T, _, file string) {
+				require.NoError(t, os.Remove(file))
+			}, `the file of part \"op/agg/1\" is missing`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				dir := t.TempDir()
+				logs := &logBuffer{}
+				s := openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+				writeFileCheckpoint(t, s, 1)
+				writeFileCheckpoint(t, s, 2)
+				require.NoError(t, s.Close(context.Background()))
+				// op/agg/1 is the second file created.
+				tc.damage(t, dir, filepath.Join(dir, statestore.CheckpointPartsDir, "2", "2.part"))
 
-			s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
-			require.Equal(t, int64(1), latestID(t, s))
-			require.Contains(t, logs.String(), "checkpoint=2")
-			require.Contains(t, logs.String(), tc.reason)
-		})
-	}
+				s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+				require.Equal(t, int64(1), latestID(t, s))
+				require.Contains(t, logs.String(), "checkpoint=2")
+				require.Contains(t, logs.String(), tc.reason)
+			})
+		}
+	})
 }
 
 // The part files of a checkpoint a crash left incomplete (the store was
@@ -295,46 +320,80 @@ func TestCheckpointPartFileCorruption(t *testing.T) {
 // the store is opened again; other entries of the directory are left
 // alone.
 func TestCheckpointPartFileLeftovers(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-	writeFileCheckpoint(t, s, 1)
-	p, err := s.Begin(2, statestore.CheckpointMeta{Pipeline: "test"})
-	require.NoError(t, err)
-	w, err := p.Create("op/agg/0")
-	require.NoError(t, err)
-	_, err = w.Write([]byte("never completed"))
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.Equal(t, []string{"1", "2"}, partDirs(t, dir))
-	require.NoError(t, s.Close(context.Background()))
-	stray := filepath.Join(dir, statestore.CheckpointPartsDir, "notes.txt")
-	require.NoError(t, os.WriteFile(stray, []byte("mine"), 0o600))
+	forEachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		writeFileCheckpoint(t, s, 1)
+		p, err := s.Begin(2, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/agg/0")
+		require.NoError(t, err)
+		_, err = w.Write([]byte("never completed"))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		require.Equal(t, []string{"1", "2"}, partDirs(t, dir))
+		require.NoError(t, s.Close(context.Background()))
+		stray := filepath.Join(dir, statestore.CheckpointPartsDir, "notes.txt")
+		require.NoError(t, os.WriteFile(stray, []byte("mine"), 0o600))
 
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{})
-	require.Equal(t, []string{"1", "notes.txt"}, partDirs(t, dir))
-	complete, incomplete := listIDs(t, s)
-	require.Equal(t, []int64{1}, complete)
-	require.Empty(t, incomplete)
-	require.Equal(t, int64(1), latestID(t, s))
-	writeFileCheckpoint(t, s, 2)
-	require.Equal(t, int64(2), latestID(t, s))
+		s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+		require.Equal(t, []string{"1", "notes.txt"}, partDirs(t, dir))
+		complete, incomplete := listIDs(t, s)
+		require.Equal(t, []int64{1}, complete)
+		require.Empty(t, incomplete)
+		require.Equal(t, int64(1), latestID(t, s))
+		writeFileCheckpoint(t, s, 2)
+		require.Equal(t, int64(2), latestID(t, s))
+	})
 }
 
 // Abort of a checkpoint with streamed parts removes their files, and an
 // aborted PartWriter fails its checkpoint.
 func TestCheckpointPartFileAbort(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-	require.NoError(t, err)
-	w, err := p.Create("op/agg/0")
-	require.NoError(t, err)
-	_, err = w.Write([]byte("half"))
-	require.NoError(t, err)
-	w.Abort()
-	require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFailed)
-	require.NoError(t, p.Abort())
-	require.Empty(t, partDirs(t, dir))
-	_, err = s.Latest(context.Background())
-	require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+	forEachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/agg/0")
+		require.NoError(t, err)
+		_, err = w.Write([]byte("half"))
+		require.NoError(t, err)
+		w.Abort()
+		require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFailed)
+		require.NoError(t, p.Abort())
+		require.Empty(t, partDirs(t, dir))
+		_, err = s.Latest(context.Background())
+		require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+	})
+}
+
+// A part larger than the writer's buffer, written in pieces of odd sizes,
+// reads back byte for byte, and its file has exactly its size plus the
+// checksum.
+func TestCheckpointPartFileLarge(t *testing.T) {
+	forEachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		blob := partBlob(1, "op/big/0", 9<<20+123)
+		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/big/0")
+		require.NoError(t, err)
+		for off, step := 0, 1; off < len(blob); off, step = off+step, step*3+1 {
+			_, err := w.Write(blob[off:min(off+step, len(blob))])
+			require.NoError(t, err)
+		}
+		require.NoError(t, w.Close())
+		require.NoError(t, p.Complete(context.Background()))
+		st, err := os.Stat(filepath.Join(dir, statestore.CheckpointPartsDir, "1", "1.part"))
+		require.NoError(t, err)
+		require.Equal(t, int64(len(blob)+4), st.Size())
+		cp, err := s.Latest(context.Background())
+		require.NoError(t, err)
+		defer cp.Close()
+		got, err := cp.Get("op/big/0")
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
+	})
 }

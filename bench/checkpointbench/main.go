@@ -22,7 +22,11 @@
 // -duration the records/s that reach the window step, then cancel the job
 // (no final checkpoint, no window firing). Per backend the runs alternate
 // none, interval 10s, interval 1s (-intervals), -runs times; the best
-// throughput of each is reported with the loss against none.
+// throughput of each is reported with the loss against the best none, and
+// the mean of each round's loss against that round's none with its 95%
+// confidence interval (Student's t): with GC percent 400 the throughput
+// swings with the collector's cycles (several seconds each), so single
+// runs differ by 20% and more.
 //
 // Checkpoints are written to the real bbolt checkpoint store in a temporary
 // directory (-dir). The store and the acks are instrumented: for every
@@ -69,9 +73,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddy-stream/eddy/bench/internal/stats"
 	"github.com/eddy-stream/eddy/cmd"
 	_ "github.com/eddy-stream/eddy/connectors/all" // generator, blackhole
-	_ "github.com/eddy-stream/eddy/operators"      // key_by windows
+	"github.com/eddy-stream/eddy/internal/cputime"
+	_ "github.com/eddy-stream/eddy/operators" // key_by windows
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -272,13 +278,14 @@ type runResult struct {
 	dir         string
 	warmup      time.Duration
 	rate        float64 // records/s in the measured window
+	cpuPerRec   float64 // process CPU (user and system) per record in the window, µs
 	checkpoints []ckpt  // completed inside the window
 	failed      int
 	peakMem     uint64
 }
 
 func (r runResult) line(backend, mode string, round int) string {
-	s := fmt.Sprintf("%-6s %-4s run %d: warm-up %6s, %9.0f records/s", backend, mode, round, r.warmup.Round(100*time.Millisecond), r.rate)
+	s := fmt.Sprintf("%-6s %-4s run %d: warm-up %6s, %9.0f records/s, %.2f µs CPU/record", backend, mode, round, r.warmup.Round(100*time.Millisecond), r.rate, r.cpuPerRec)
 	if len(r.checkpoints) > 0 {
 		var ds []time.Duration
 		var size int64
@@ -336,7 +343,7 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	t0, c0 := time.Now(), in()
+	t0, c0, cpu0 := time.Now(), in(), cputime.Process()
 	res.warmup = t0.Sub(start)
 	var prof *os.File
 	if profile && *cpuProfile != "" {
@@ -366,7 +373,7 @@ wait:
 			break wait
 		}
 	}
-	t1, c1 := time.Now(), in()
+	t1, c1, cpu1 := time.Now(), in(), cputime.Process()
 	if prof != nil {
 		pprof.StopCPUProfile()
 		_ = prof.Close()
@@ -377,6 +384,7 @@ wait:
 		}
 	}
 	res.rate = (c1 - c0) / t1.Sub(t0).Seconds()
+	res.cpuPerRec = float64((cpu1 - cpu0).Microseconds()) / (c1 - c0)
 	// Let the checkpoints triggered in the window complete (not measured).
 	for deadline := time.Now().Add(10 * time.Minute); rec.inFlight(t1) && time.Now().Before(deadline); {
 		select {
@@ -781,8 +789,42 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 		loss := ""
 		if m.interval > 0 && best["none"] > 0 {
 			loss = fmt.Sprintf("  loss %5.1f%%", 100*(1-best[m.name]/best["none"]))
+			// Each round's run against that round's none: the mean loss
+			// with its 95% confidence interval.
+			var ratios []float64
+			for r, run := range res[m.name] {
+				ratios = append(ratios, run.rate/res["none"][r].rate)
+			}
+			if len(ratios) > 1 {
+				mean, half := stats.MeanCI(ratios)
+				loss += fmt.Sprintf("; mean of the rounds' losses %5.1f%% ± %.1f%%", 100*(1-mean), 100*half)
+			}
 		}
 		fmt.Fprintf(&b, "%-5s %10.0f records/s%s\n", m.name, best[m.name], loss)
+	}
+	// The CPU a checkpoint costs: the extra CPU per record against none
+	// (the round's), times the records, per checkpoint completed in the
+	// window. Less noisy than throughput, and what decides the loss on a
+	// machine whose cores the pipeline keeps busy.
+	for _, m := range modes {
+		if m.interval == 0 {
+			continue
+		}
+		var perCkpt []float64
+		var size int64
+		for r, run := range res[m.name] {
+			if len(run.checkpoints) == 0 {
+				continue
+			}
+			records := run.rate * duration.Seconds()
+			extra := (run.cpuPerRec - res["none"][r].cpuPerRec) * records / 1e6
+			perCkpt = append(perCkpt, extra/float64(len(run.checkpoints)))
+			size = max(size, run.checkpoints[0].stateBytes)
+		}
+		if len(perCkpt) > 1 {
+			mean, half := stats.MeanCI(perCkpt)
+			fmt.Fprintf(&b, "interval %s: extra CPU per checkpoint %.2f ± %.2f core-s (%s of state)\n", m.name, mean, half, mib(size))
+		}
 	}
 	for _, m := range modes {
 		if m.interval == 0 {

@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +44,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/eddy-stream/eddy/bench/internal/stats"
 )
 
 var (
@@ -127,7 +128,7 @@ func main() {
 	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), best of each\n", eo/alo, 100*(1-eo/alo))
 	fmt.Printf("exactly_once / at_least_once = %.3f (overhead %.1f%%), median of the %d pairs' ratios (each pair ran back to back)\n", mid, 100*(1-mid), len(ratios))
 	if len(ratios) > 1 {
-		m, h := meanCI(ratios)
+		m, h := stats.MeanCI(ratios)
 		fmt.Printf("exactly_once / at_least_once = %.3f ± %.3f (overhead %.1f%%, 95%% confidence %.1f%% to %.1f%%), mean of the pairs' ratios\n",
 			m, h, 100*(1-m), 100*(1-m-h), 100*(1-m+h))
 	}
@@ -287,37 +288,6 @@ func median(xs []float64) float64 {
 		m = (xs[len(xs)/2-1] + m) / 2
 	}
 	return m
-}
-
-// meanCI returns the mean of xs and the half-width of its 95% confidence
-// interval (Student's t, the pairs taken as independent samples).
-func meanCI(xs []float64) (mean, half float64) {
-	n := float64(len(xs))
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= n
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	sd := math.Sqrt(ss / (n - 1))
-	return mean, tQuantile975(len(xs)-1) * sd / math.Sqrt(n)
-}
-
-// tQuantile975 is the 97.5th percentile of Student's t with df degrees of
-// freedom (df >= 1), rounded up beyond 30.
-func tQuantile975(df int) float64 {
-	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
-	switch {
-	case df <= len(table):
-		return table[df-1]
-	case df <= 60:
-		return 2.040
-	}
-	return 2.000
 }
 
 // consumer reads every partition of topic read_committed from the oldest
