@@ -675,6 +675,7 @@ type filePosition struct {
 	File   string `json:"file"`
 	Offset int64  `json:"offset"`
 	Line   int    `json:"line"`
+	Done   bool   `json:"done,omitempty"`
 }
 
 // decodePosition decodes a source position: with the decoder of the
@@ -686,10 +687,10 @@ func decodePosition(typ string, b []byte) decoded {
 			return decoded{Encoding: "generator", Value: map[string]int{"next": next}}
 		}
 	case "file":
-		if entries, err := file.DecodePosition(b); err == nil {
-			out := make([]filePosition, len(entries))
-			for i, e := range entries {
-				out[i] = filePosition{File: e.Name, Offset: e.Offset, Line: e.Line}
+		if pos, err := file.DecodePosition(b); err == nil {
+			out := make([]filePosition, len(pos.Entries))
+			for i, e := range pos.Entries {
+				out[i] = filePosition{File: e.Name, Offset: e.Offset, Line: e.Line, Done: e.Done}
 			}
 			return decoded{Encoding: "file", Value: out}
 		}

@@ -223,6 +223,82 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 	sc.atLeastOnce(t, ref, got)
 }
 
+// TestCrashRescaleFileSource: the window scenario over twelve input files
+// (consecutive ranges of its records), killed at random moments, each restart with another parallelism of the
+// file source (its positions rescale, the window step's keyed state stays
+// at 2): the committed windows are those of an uninterrupted run.
+func TestCrashRescaleFileSource(t *testing.T) {
+	kills := 6
+	if testing.Short() {
+		kills = 3
+	}
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("crash seed %d (rerun with -crash.seed=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 200))
+	n := windowRecords
+	if testing.Short() {
+		n /= 3
+	}
+	work := crashWorkDir(t)
+	in := filepath.Join(work, "in")
+	require.NoError(t, os.MkdirAll(in, 0o755))
+	// Consecutive ranges of event time, one per file: a subtask reads its
+	// files one after the other, in name order, so a file of earlier
+	// events after a later one would be late.
+	writeWindowInputFiles(t, in, n, 12, func(i int) int { return i * 12 / n })
+	b, err := os.ReadFile(mustAbs(t, "testdata/crash/window.yaml"))
+	require.NoError(t, err)
+	file := filepath.Join(work, "window.yaml")
+	// Late records go to a stream of their own (committed to
+	// $CRASH_OUT-late), not dropped: a file read twice after a rescale
+	// would be late, and must show.
+	yaml := strings.Replace(string(b), "    type: file\n", "    type: file\n    parallelism: ${CRASH_SOURCE_PARALLELISM}\n", 1)
+	yaml = strings.Replace(yaml, "    window: { type: tumbling, size: 1s }\n", "    window: { type: tumbling, size: 1s }\n    late_output: late_records\n", 1)
+	yaml += "  - id: late\n    from: late_records\n    type: file\n    path: ${CRASH_OUT}-late/\n"
+	require.Equal(t, 2, strings.Count(yaml, "CRASH_OUT}"))
+	require.Contains(t, yaml, "late_output: late_records\n")
+	require.NoError(t, os.WriteFile(file, []byte(yaml), 0o644))
+	env := func(out, state string) map[string]string {
+		return map[string]string{
+			"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state, "CRASH_MODE": "exactly_once",
+			"CRASH_IN": in, "CRASH_OUT": out, "CRASH_SOURCE_PARALLELISM": "2",
+		}
+	}
+	refOut := filepath.Join(work, "ref-out")
+	r := eddy(t, work, env(refOut, filepath.Join(work, "ref-state")), "run", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	ref := committedLines(t, refOut)
+	requireSameLines(t, canonicalLines(t, expectedWindows(n)), ref, "uninterrupted run vs the expected records")
+	require.Empty(t, committedLines(t, refOut+"-late"), "late records in the uninterrupted run")
+
+	out := filepath.Join(work, "out")
+	crashEnv := env(out, filepath.Join(work, "state"))
+	pars := []string{"2"}
+	cr := crashLoopAt(t, work, crashEnv, file, kills, func() (int, time.Duration, string) {
+		// Called once an incarnation started: the next one runs the
+		// source at another parallelism.
+		next := strconv.Itoa(1 + rng.IntN(4))
+		for next == crashEnv["CRASH_SOURCE_PARALLELISM"] {
+			next = strconv.Itoa(1 + rng.IntN(4))
+		}
+		crashEnv["CRASH_SOURCE_PARALLELISM"] = next
+		pars = append(pars, next)
+		return killMoment(rng)
+	})
+	t.Logf("%d records, %d kills, source parallelism by incarnation %v, last completed checkpoint before the final run: %d; kill moments: %s",
+		n, cr.kills, pars[:cr.incarnations], cr.lastCompleted, strings.Join(cr.moments, ", "))
+	require.Positive(t, cr.kills, "the run ended before any kill")
+	got := committedLines(t, out)
+	requireNoHiddenParts(t, out)
+	cr.requireCommittedUnchanged(t, out)
+	requireSameLines(t, ref, got, "crashed, rescaled runs vs the uninterrupted run")
+	checkWindowsExact(t, ref, got)
+	require.Empty(t, committedLines(t, out+"-late"), "late records: a file was read again")
+}
+
 // crashWorkDir returns a temporary directory that is copied under
 // -crash.keep when the test fails.
 func crashWorkDir(t *testing.T) string {
@@ -651,16 +727,23 @@ func eventTimeFrom(base int64, i int) int64 { return base + int64(i)*10 + int64(
 // source subtask, and the keys of a split share i's parity.
 func writeWindowInput(t *testing.T, dir string, n int) {
 	t.Helper()
-	var files [2]*bufio.Writer
+	writeWindowInputFiles(t, dir, n, 2, func(i int) int { return i % 2 })
+}
+
+// writeWindowInputFiles writes the window scenario's n records into nf
+// files, events-<k>.jsonl: record i into file fileOf(i).
+func writeWindowInputFiles(t *testing.T, dir string, n, nf int, fileOf func(i int) int) {
+	t.Helper()
+	files := make([]*bufio.Writer, nf)
 	for k := range files {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("events-%d.jsonl", k)))
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("events-%02d.jsonl", k)))
 		require.NoError(t, err)
 		defer func() { require.NoError(t, f.Close()) }()
 		files[k] = bufio.NewWriter(f)
 		defer func() { require.NoError(t, files[k].Flush()) }()
 	}
 	for i := range n {
-		fmt.Fprintf(files[i%2], `{"i":%d,"key":"k%d","v":%d,"ts":%d}`+"\n", i, i%26, i%100, eventTime(i))
+		fmt.Fprintf(files[fileOf(i)], `{"i":%d,"key":"k%d","v":%d,"ts":%d}`+"\n", i, i%26, i%100, eventTime(i))
 	}
 }
 

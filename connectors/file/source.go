@@ -69,6 +69,11 @@ func (c *SourceConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Rescalable is true: a restore at another parallelism hands every old
+// subtask's position to each new subtask, which takes the state of the
+// files it owns now (see restoreRescaled).
+func (c *SourceConfig) Rescalable() bool { return true }
+
 // Bounded reports whether the input ends: unless follow is set.
 func (c *SourceConfig) Bounded() bool { return !c.Follow }
 
@@ -89,6 +94,11 @@ type source struct {
 	logger *slog.Logger
 	files  []*input
 	cur    int // the file being read (follow: the next one to try)
+	// later are the files after cur that a rescaled restore found started
+	// or done (their old subtask had read them): the position lists them
+	// until cur passes them. Empty otherwise.
+	later  []*input
+	sub, p int // subtask and parallelism, written into positions
 	dec    codec.BatchDecoder
 	lines  [][]byte
 	nums   []int
@@ -121,39 +131,103 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 	if len(names) == 0 {
 		return fmt.Errorf("file source %q: no file matches %s", s.id, s.cfg.Path)
 	}
-	p := max(sc.Parallelism, 1)
+	s.sub, s.p = sc.Subtask, max(sc.Parallelism, 1)
 	for j, name := range names {
-		if j%p == sc.Subtask {
+		if j%s.p == sc.Subtask {
 			s.files = append(s.files, &input{index: j, name: name, line: 1})
 		}
 	}
 	s.dec.Workers = s.cfg.DecodeWorkers
-	if sc.Restored != nil {
-		entries, err := DecodePosition(sc.Restored)
+	switch {
+	case sc.Restored != nil:
+		pos, err := DecodePosition(sc.Restored)
 		if err != nil {
 			return fmt.Errorf("file source %q: restore: %w", s.id, err)
 		}
-		s.restore(entries)
+		s.restore([]Position{pos}, func(int) int { return 0 })
+	case sc.RestoredAll != nil:
+		if err := s.restoreRescaled(sc.RestoredAll, names); err != nil {
+			return fmt.Errorf("file source %q: restore at parallelism %d: %w", s.id, s.p, err)
+		}
+		sc.Position = s.position(nil)
 	}
 	return nil
 }
 
-// restore applies position entries. Without follow there is one entry, the
-// file being read: the files sorted before it are done.
-func (s *source) restore(entries []PositionEntry) {
+// restore applies positions: owner(j) is the position that read file j
+// (its index among all files) when it is not listed in any. A listed file
+// resumes as its entry says; without follow, an unlisted file that its
+// owner's first entry (the file it was reading) sorts after is done, and
+// any other starts from the beginning.
+func (s *source) restore(pos []Position, owner func(j int) int) {
+	listed := map[string]PositionEntry{}
+	for _, p := range pos {
+		for _, e := range p.Entries {
+			listed[e.Name] = e
+		}
+	}
 	for _, in := range s.files {
-		for _, e := range entries {
-			switch {
-			case e.Name == in.name:
-				in.offset, in.line = e.Offset, max(e.Line, 1)
-			case !s.cfg.Follow && in.name < e.Name:
-				in.done = true
-			}
+		if e, ok := listed[in.name]; ok {
+			in.offset, in.line = e.Offset, max(e.Line, 1)
+			in.done = e.Done && !s.cfg.Follow
+			continue
+		}
+		if o := owner(in.index); !s.cfg.Follow && o >= 0 && len(pos[o].Entries) > 0 && in.name < pos[o].Entries[0].Name {
+			in.done = true
 		}
 	}
 	for s.cur < len(s.files) && s.files[s.cur].done {
 		s.cur++
 	}
+	if !s.cfg.Follow {
+		for _, in := range s.files[s.cur:] {
+			if in.done || in.offset > 0 {
+				s.later = append(s.later, in)
+			}
+		}
+	}
+}
+
+// restoreRescaled restores the positions of every subtask of a checkpoint
+// taken at another parallelism. Each names its subtask and parallelism,
+// which tell which old subtask read each file: the files must be those of
+// the checkpoint (same names, same order), else the restore fails.
+func (s *source) restoreRescaled(all [][]byte, names []string) error {
+	index := make(map[string]int, len(names))
+	for j, n := range names {
+		index[n] = j
+	}
+	pos := make([]Position, 0, len(all))
+	bySub := map[int]int{}
+	oldP := 0
+	for _, b := range all {
+		p, err := DecodePosition(b)
+		if err != nil {
+			return err
+		}
+		if p.Parallelism == 0 {
+			return errors.New("a position written by an older eddy, which does not record its parallelism: restore at the parallelism the checkpoint was taken with")
+		}
+		if oldP == 0 {
+			oldP = p.Parallelism
+		}
+		if p.Parallelism != oldP || p.Subtask >= oldP || bySub[p.Subtask] > 0 {
+			return fmt.Errorf("positions of subtask %d of %d and of %d subtasks do not belong together", p.Subtask, p.Parallelism, oldP)
+		}
+		for _, e := range p.Entries {
+			j, ok := index[e.Name]
+			if !ok {
+				return fmt.Errorf("file %s, read by subtask %d, is gone: the files must be those of the checkpoint", e.Name, p.Subtask)
+			}
+			if j%oldP != p.Subtask && !s.cfg.Follow {
+				return fmt.Errorf("file %s was read by subtask %d of %d, but is file %d now: the files must be those of the checkpoint", e.Name, p.Subtask, oldP, j)
+			}
+		}
+		pos = append(pos, p)
+		bySub[p.Subtask] = len(pos)
+	}
+	s.restore(pos, func(j int) int { return bySub[j%oldP] - 1 })
+	return nil
 }
 
 // expand returns the files of path in name order.
@@ -200,6 +274,10 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 			return err
 		}
 		in := s.files[s.cur]
+		if in.done { // a restore found it read to its end
+			s.cur++
+			continue
+		}
 		n, err := s.readFile(ctx, in, b, true)
 		if in.done {
 			s.cur++
@@ -244,15 +322,41 @@ func (s *source) readFollow(ctx context.Context, b *pipeline.ReadBatch) error {
 func (s *source) finish(in *input, b *pipeline.ReadBatch) {
 	b.Split = in.index
 	b.SplitDone = in.done
-	if !s.cfg.Follow {
-		b.Position = EncodePosition([]PositionEntry{{Name: in.name, Offset: in.offset, Line: in.line}})
-		return
+	b.Position = s.position(in)
+}
+
+// position encodes where the subtask is, in just read: with follow every
+// file; else in (or, when nil, the first file not done) and the files after
+// it that a rescaled restore found started or done.
+func (s *source) position(in *input) []byte {
+	p := Position{Subtask: s.sub, Parallelism: s.p}
+	entry := func(f *input) PositionEntry {
+		return PositionEntry{Name: f.name, Offset: f.offset, Line: f.line, Done: f.done && !s.cfg.Follow}
 	}
-	entries := make([]PositionEntry, len(s.files))
-	for i, f := range s.files {
-		entries[i] = PositionEntry{Name: f.name, Offset: f.offset, Line: f.line}
+	if s.cfg.Follow {
+		for _, f := range s.files {
+			p.Entries = append(p.Entries, entry(f))
+		}
+		return EncodePosition(p)
 	}
-	b.Position = EncodePosition(entries)
+	if in == nil {
+		if s.cur == len(s.files) {
+			if s.cur == 0 {
+				return EncodePosition(p)
+			}
+			in = s.files[s.cur-1]
+		} else {
+			in = s.files[s.cur]
+		}
+	}
+	p.Entries = append(p.Entries, entry(in))
+	for len(s.later) > 0 && s.later[0].index <= in.index {
+		s.later = s.later[1:]
+	}
+	for _, f := range s.later {
+		p.Entries = append(p.Entries, entry(f))
+	}
+	return EncodePosition(p)
 }
 
 // readFile appends the records and failed records of up to batchLines lines
@@ -413,44 +517,67 @@ func (s *source) Close(context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Position is where a file subtask is.
+type Position struct {
+	// Subtask and Parallelism are the subtask's, which tell which files
+	// it reads (file j: subtask j % Parallelism). Zero Parallelism: a
+	// version-1 position, which did not record them.
+	Subtask, Parallelism int
+	// Entries: with follow one per file of the subtask. Without, first the
+	// file being read (the subtask's files sorted before it are done),
+	// then the later files that a rescaled restore found started or done.
+	Entries []PositionEntry
+}
+
 // PositionEntry is where reading one file resumes.
 type PositionEntry struct {
 	Name   string // the file's path as the glob matched it
 	Offset int64  // byte offset just after the last line read
 	Line   int    // line number at Offset (1-based), for error messages
+	Done   bool   // read to its end (not with follow)
 }
 
-// positionVersion starts every encoded position.
-const positionVersion = 1
+// positionVersion starts every encoded position: 2 since positions record
+// their subtask, parallelism and done files; 1 is still read.
+const positionVersion = 2
 
 // EncodePosition encodes the position of a file subtask: a version byte
-// (1), the number of entries, then per entry uvarint offset, uvarint line,
-// uvarint name length and the name. Without follow there is one entry (the
-// file being read: the files sorted before it are done); with follow there
-// is one per file of the subtask.
-func EncodePosition(entries []PositionEntry) []byte {
-	n := 2
-	for _, e := range entries {
-		n += 3*binary.MaxVarintLen64 + len(e.Name)
+// (2), uvarint subtask, uvarint parallelism, the number of entries, then
+// per entry uvarint offset, uvarint line, uvarint flags (1: done), uvarint
+// name length and the name. Version 1 had neither subtask, parallelism
+// nor flags.
+func EncodePosition(p Position) []byte {
+	n := 1 + 3*binary.MaxVarintLen64
+	for _, e := range p.Entries {
+		n += 4*binary.MaxVarintLen64 + len(e.Name)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, positionVersion)
-	b = binary.AppendUvarint(b, uint64(len(entries)))
-	for _, e := range entries {
+	b = binary.AppendUvarint(b, uint64(p.Subtask))
+	b = binary.AppendUvarint(b, uint64(p.Parallelism))
+	b = binary.AppendUvarint(b, uint64(len(p.Entries)))
+	for _, e := range p.Entries {
 		b = binary.AppendUvarint(b, uint64(e.Offset))
 		b = binary.AppendUvarint(b, uint64(e.Line))
+		var flags uint64
+		if e.Done {
+			flags |= 1
+		}
+		b = binary.AppendUvarint(b, flags)
 		b = binary.AppendUvarint(b, uint64(len(e.Name)))
 		b = append(b, e.Name...)
 	}
 	return b
 }
 
-// DecodePosition decodes what EncodePosition encoded.
-func DecodePosition(b []byte) ([]PositionEntry, error) {
+// DecodePosition decodes what EncodePosition encoded, or a version-1
+// position.
+func DecodePosition(b []byte) (Position, error) {
 	bad := func(what string) error { return fmt.Errorf("file source position is corrupt: %s", what) }
-	if len(b) == 0 || b[0] != positionVersion {
-		return nil, bad("unknown version")
+	if len(b) == 0 || b[0] == 0 || b[0] > positionVersion {
+		return Position{}, bad("unknown version")
 	}
+	version := b[0]
 	b = b[1:]
 	next := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -460,23 +587,37 @@ func DecodePosition(b []byte) ([]PositionEntry, error) {
 		b = b[n:]
 		return v, true
 	}
+	var p Position
+	if version >= 2 {
+		sub, ok1 := next()
+		par, ok2 := next()
+		if !ok1 || !ok2 || par == 0 || sub >= par || par > 1<<20 {
+			return Position{}, bad("subtask")
+		}
+		p.Subtask, p.Parallelism = int(sub), int(par)
+	}
 	count, ok := next()
 	if !ok || count > uint64(len(b)) {
-		return nil, bad("entry count")
+		return Position{}, bad("entry count")
 	}
-	entries := make([]PositionEntry, 0, count)
+	p.Entries = make([]PositionEntry, 0, count)
 	for range count {
 		off, ok1 := next()
 		line, ok2 := next()
-		nameLen, ok3 := next()
-		if !ok1 || !ok2 || !ok3 || off > 1<<62 || line > 1<<62 || nameLen > uint64(len(b)) {
-			return nil, bad("entry")
+		var flags uint64
+		ok3 := true
+		if version >= 2 {
+			flags, ok3 = next()
 		}
-		entries = append(entries, PositionEntry{Name: string(b[:nameLen]), Offset: int64(off), Line: int(line)})
+		nameLen, ok4 := next()
+		if !ok1 || !ok2 || !ok3 || !ok4 || off > 1<<62 || line > 1<<62 || flags > 1 || nameLen > uint64(len(b)) {
+			return Position{}, bad("entry")
+		}
+		p.Entries = append(p.Entries, PositionEntry{Name: string(b[:nameLen]), Offset: int64(off), Line: int(line), Done: flags&1 != 0})
 		b = b[nameLen:]
 	}
 	if len(b) != 0 {
-		return nil, bad("trailing bytes")
+		return Position{}, bad("trailing bytes")
 	}
-	return entries, nil
+	return p, nil
 }

@@ -170,7 +170,7 @@ func TestSourceSplitDone(t *testing.T) {
 func TestSourceCSVRestoreReadsHeader(t *testing.T) {
 	path := writeFile(t, filepath.Join(t.TempDir(), "in.csv"), "\"id\",\"v\"\n1,a\n2,b\n3,c\n")
 	cfg := loadSource(t, "path: "+path+"\nformat: csv")
-	pos := EncodePosition([]PositionEntry{{Name: path, Offset: int64(len("\"id\",\"v\"\n1,a\n")), Line: 3}})
+	pos := EncodePosition(Position{Parallelism: 1, Entries: []PositionEntry{{Name: path, Offset: int64(len("\"id\",\"v\"\n1,a\n")), Line: 3}}})
 	got := conntest.Fields(conntest.Drain(t, conntest.OpenSource(t, cfg, 0, 1, pos), 5*time.Second))
 	require.Equal(t, []map[string]any{{"id": "2", "v": "b"}, {"id": "3", "v": "c"}}, got)
 }
@@ -323,9 +323,9 @@ func TestSourceFollowFailedLines(t *testing.T) {
 	require.Empty(t, b.Records)
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "oops"},
 		Err: path + `:1: invalid JSON: a line must be a JSON object, not "oops"`}}, conntest.Failures([]conntest.Batch{b}))
-	entries, err := DecodePosition(b.Position)
+	pos, err := DecodePosition(b.Position)
 	require.NoError(t, err)
-	require.Equal(t, []PositionEntry{{Name: path, Offset: 5, Line: 2}}, entries)
+	require.Equal(t, Position{Subtask: 0, Parallelism: 1, Entries: []PositionEntry{{Name: path, Offset: 5, Line: 2}}}, pos)
 }
 
 func TestSourceFollowHonoursContext(t *testing.T) {
@@ -339,13 +339,21 @@ func TestSourceFollowHonoursContext(t *testing.T) {
 }
 
 func TestPositionEncoding(t *testing.T) {
-	entries := []PositionEntry{{Name: "data/a.jsonl", Offset: 1 << 40, Line: 12345}, {Name: "", Offset: 0, Line: 1}}
-	got, err := DecodePosition(EncodePosition(entries))
+	pos := Position{Subtask: 2, Parallelism: 3, Entries: []PositionEntry{
+		{Name: "data/a.jsonl", Offset: 1 << 40, Line: 12345}, {Name: "", Offset: 0, Line: 1, Done: true}}}
+	got, err := DecodePosition(EncodePosition(pos))
 	require.NoError(t, err)
-	require.Equal(t, entries, got)
-	require.Len(t, EncodePosition(entries[:1]), 1+1+6+2+1+12)
+	require.Equal(t, pos, got)
+	require.Len(t, EncodePosition(Position{Subtask: 2, Parallelism: 3, Entries: pos.Entries[:1]}), 1+1+1+1+6+2+1+1+12)
 
-	for _, bad := range [][]byte{nil, {2}, {1}, {1, 1}, {1, 1, 5, 1, 50, 'a'}, append(EncodePosition(entries), 0)} {
+	// Version 1 (no subtask, parallelism or flags) is still read.
+	v1 := append([]byte{1, 1, 5, 2, 3}, "a.js"[:3]...)
+	got, err = DecodePosition(v1)
+	require.NoError(t, err)
+	require.Equal(t, Position{Entries: []PositionEntry{{Name: "a.j", Offset: 5, Line: 2}}}, got)
+
+	for _, bad := range [][]byte{nil, {0}, {3}, {2}, {2, 0}, {2, 3, 3, 0}, {2, 0, 1, 1}, {2, 0, 1, 1, 5, 1, 0, 50, 'a'},
+		{2, 0, 1, 1, 5, 1, 2, 1, 'a'}, {1, 1, 5, 1, 50, 'a'}, append(EncodePosition(pos), 0)} {
 		_, err := DecodePosition(bad)
 		require.ErrorContains(t, err, "file source position is corrupt", "%v", bad)
 	}
