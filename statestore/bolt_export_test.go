@@ -3,6 +3,7 @@ package statestore
 import (
 	"bytes"
 	"fmt"
+	"os"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -68,4 +69,19 @@ func SetDirectIO(on bool) bool {
 	old := useDirectIO
 	useDirectIO = on && directIOFlag != 0
 	return old
+}
+
+// RefuseDirectWrites makes writes with direct I/O fail with EINVAL, as on
+// a file system that accepts O_DIRECT at open but not for writes, and
+// counts them; it returns a function that undoes it.
+func RefuseDirectWrites(refused *int) (undo func()) {
+	old := writePartFile
+	writePartFile = func(f *os.File, direct bool, b []byte) (int, error) {
+		if direct {
+			*refused++
+			return 0, errInvalid
+		}
+		return old(f, direct, b)
+	}
+	return func() { writePartFile = old }
 }

@@ -224,16 +224,20 @@ func (w *PartWriter) buffer(b []byte) error {
 // a multiple of directIOAlign; a file system that refuses the write
 // (EINVAL) gets it again, and the rest of the file, without direct I/O.
 func (w *PartWriter) write(b []byte) error {
-	_, err := w.f.Write(b)
+	_, err := writePartFile(w.f, w.direct, b)
 	if err != nil && w.direct && errors.Is(err, errInvalid) {
 		if cerr := clearDirectIO(w.f); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 		w.direct = false
-		_, err = w.f.Write(b)
+		_, err = writePartFile(w.f, false, b)
 	}
 	return err
 }
+
+// writePartFile writes to a part file; tests replace it to refuse direct
+// I/O as some file systems do.
+var writePartFile = func(f *os.File, _ bool, b []byte) (int, error) { return f.Write(b) }
 
 func (w *PartWriter) flush() error {
 	var trailer [partTrailer]byte

@@ -397,3 +397,19 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
 	})
 }
+
+// A file system that takes O_DIRECT at open but refuses direct writes
+// (EINVAL) gets the part through ordinary writes, whole.
+func TestCheckpointPartFileDirectRefused(t *testing.T) {
+	old := statestore.SetDirectIO(true)
+	defer statestore.SetDirectIO(old)
+	if !old {
+		t.Skip("no direct I/O on this system")
+	}
+	refused := 0
+	defer statestore.RefuseDirectWrites(&refused)()
+	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	writeFileCheckpoint(t, s, 1)
+	require.Equal(t, len(fileParts), refused, "one refused write per part, then ordinary ones")
+	require.Equal(t, int64(1), latestID(t, s))
+}
