@@ -229,18 +229,7 @@ func (o *continuousOp) copyRow(a *aggRow) *aggRow {
 	if a.row == nil {
 		return &aggRow{raw: a.raw} // raw is never changed in place
 	}
-	c := agg.NewAccs(o.specs)
-	if err := c.Merge(a.row); err == nil {
-		return &aggRow{row: c}
-	}
-	// reduce without a merge expression: copy through the encoding.
-	raw, err := a.row.MarshalCBOR()
-	if err != nil {
-		// A held value that is not data (a snapshot fails on it too).
-		o.fatal = &stateError{fmt.Errorf("copy the row of a continuous aggregate: %w", err)}
-		return &aggRow{row: c}
-	}
-	return &aggRow{raw: raw}
+	return &aggRow{row: a.row.Clone()}
 }
 
 // results writes the aggregates of a row that may be shared with a snapshot

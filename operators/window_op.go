@@ -208,24 +208,7 @@ func (w *windowOp) mergeBoxes(a, b *accBox) *accBox {
 func (w *windowOp) copyBox(b *accBox) *accBox {
 	c := &accBox{raw: b.raw, maxTime: b.maxTime}
 	if b.row != nil {
-		c.row = w.cloneRow(b.row)
-	}
-	return c
-}
-
-// cloneRow deep-copies a row: merged into an empty one, or through its
-// encoding for a reduce without merge expression.
-func (w *windowOp) cloneRow(r *agg.Row) *agg.Row {
-	c := agg.NewAccs(w.specs)
-	if err := c.Merge(r); err == nil {
-		return c
-	}
-	data, err := r.MarshalCBOR()
-	if err == nil {
-		err = c.UnmarshalCBOR(data)
-	}
-	if err != nil {
-		w.fail(fmt.Errorf("copy a window accumulator: %w", err))
+		c.row = b.row.Clone()
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package agg
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
@@ -91,3 +92,35 @@ func BenchmarkRowCBOR(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRowCopy is the copy-on-write of a window's row (count, avg and
+// the last 1 KiB payload, as in bench/checkpointbench): "clone" is Clone,
+// "merge" the empty row plus Merge that copied rows before.
+//
+//	go test -run XXX -bench RowCopy -benchmem ./operators/agg/
+func BenchmarkRowCopy(b *testing.B) {
+	specs := mustSpecs(b, "n: count()\navg_v: avg(v)\nlast: last(payload)")
+	var vm pipeline.VM
+	r := NewAccs(specs)
+	if err := r.Add(&vm, rec{"v": 42, "payload": strings.Repeat("x", 1024)}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("clone", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = r.Clone()
+		}
+	})
+	b.Run("merge", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := NewAccs(specs)
+			if err := c.Merge(r); err != nil {
+				b.Fatal(err)
+			}
+			sink = c
+		}
+	})
+}
+
+var sink *Row

@@ -138,3 +138,44 @@ func TestMergeFloatSums(t *testing.T) {
 		}
 	}
 }
+
+// Clone copies a row exactly (its encoding, its results), for every
+// function and a reduce without a merge expression, and the copy and the
+// original change independently afterwards (copy-on-write relies on it).
+func TestClone(t *testing.T) {
+	specs := mustSpecs(t, mergeSpecs+"r: reduce(concat(acc, [s]), [])\n")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vm pipeline.VM
+	encode := func(r *Row) []byte {
+		b, err := r.MarshalCBOR()
+		require.NoError(t, err)
+		return b
+	}
+	results := func(r *Row) map[string]any {
+		m := map[string]any{}
+		r.Results(m)
+		return m
+	}
+	for iter := range 200 {
+		orig := NewAccs(specs)
+		for _, r := range randomRecords(rng, rng.IntN(30)) {
+			require.NoError(t, orig.Add(&vm, r))
+		}
+		origBytes, origResults := encode(orig), results(orig)
+		c := orig.Clone()
+		require.Equal(t, origBytes, encode(c), "iteration %d", iter)
+		require.Equal(t, origResults, results(c), "iteration %d", iter)
+
+		more := randomRecords(rng, 1+rng.IntN(10))
+		for _, r := range more {
+			require.NoError(t, c.Add(&vm, r))
+		}
+		require.Equal(t, origBytes, encode(orig), "iteration %d: changing the copy changed the original", iter)
+		cloneBytes := encode(c)
+		for _, r := range more {
+			require.NoError(t, orig.Add(&vm, r))
+		}
+		require.Equal(t, cloneBytes, encode(c), "iteration %d: changing the original changed the copy", iter)
+		require.Equal(t, cloneBytes, encode(orig), "iteration %d: the same records, the same row", iter)
+	}
+}

@@ -54,6 +54,32 @@ func NewAccs(specs Specs) *Row {
 	return r
 }
 
+// Clone returns a copy of r that shares nothing it changes with r: the
+// accumulators are copied as they are (held values are never changed in
+// place), collect's list and count_distinct's set are copied. What Merge
+// into an empty row gives, without its work, and for a reduce without a
+// merge expression too. The copy-on-write of keyed state calls it for each
+// row a snapshot holds and the task then changes.
+func (r *Row) Clone() *Row {
+	c := &Row{specs: r.specs, ok: r.ok, rows: r.rows, accs: slices.Clone(r.accs)}
+	for i := range c.accs {
+		x := c.accs[i].x
+		if x == nil {
+			continue
+		}
+		nx := &extra{list: slices.Clone(x.list), pos: x.pos}
+		if x.set != nil {
+			nx.set = make(map[string]*int64, len(x.set))
+			for k, m := range x.set {
+				n := *m
+				nx.set[k] = &n
+			}
+		}
+		c.accs[i].x = nx
+	}
+	return c
+}
+
 // Reset empties r for reuse, keeping the memory collect and count_distinct
 // have grown.
 func (r *Row) Reset() {
