@@ -184,19 +184,19 @@ func register[S, H any](m *Memory, spec stateSpec, fn tableFuncs[S], wrap func(*
 			return zero, fmt.Errorf("%w: state %q was restored as %s, not %s", ErrIncompatibleState, spec.name, p.kind, spec.kind)
 		}
 		now := m.clock()
-		var apply []func()
-		for gi, entries := range p.groups {
-			if len(entries) == 0 {
-				continue
+		apply := make([]func(), len(p.groups))
+		if err := forEachParallel(len(p.groups), func(gi int) (err error) {
+			if len(p.groups[gi]) > 0 {
+				apply[gi], err = t.prepareRestore(gi, p.groups[gi], now)
 			}
-			f, err := t.prepareRestore(gi, entries, now)
-			if err != nil {
-				return zero, fmt.Errorf("register state %q: %w", spec.name, err)
-			}
-			apply = append(apply, f)
+			return err
+		}); err != nil {
+			return zero, fmt.Errorf("register state %q: %w", spec.name, err)
 		}
 		for _, f := range apply {
-			f()
+			if f != nil {
+				f()
+			}
 		}
 		delete(m.pending, spec.name)
 	}
@@ -258,32 +258,21 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 		timers       []func()
 		groups       = map[int]bool{}
 	)
-	for bi, blob := range blobs {
-		kg, payload, err := parseBlob(blob)
-		if err != nil {
-			return fmt.Errorf("restore blob %d: %w", bi, err)
-		}
-		if kg < m.start || kg >= m.end {
-			return fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, m.start, m.end)
-		}
+	decoded := make([]decodedBlob, len(blobs))
+	if err := forEachParallel(len(blobs), func(bi int) (err error) {
+		decoded[bi], err = m.decodeBlob(bi, blobs[bi])
+		return err
+	}); err != nil {
+		return err
+	}
+	for bi, d := range decoded {
+		kg, p := d.kg, d.p
 		if m.restored[kg] || groups[kg] {
 			return fmt.Errorf("restore blob %d: %w: key group %d", bi, ErrDuplicateKeyGroup, kg)
 		}
 		groups[kg] = true
-		var p wirePayload
-		if err := decMode.Unmarshal(payload, &p); err != nil {
-			return fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
-		}
 		gi := kg - m.start
 		for _, ws := range p.States {
-			if ws.Name == "" || !ws.Kind.valid() {
-				return fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
-			}
-			for _, e := range ws.Entries {
-				if g := m.kg(e.Key); g != kg {
-					return fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
-				}
-			}
 			if r, ok := m.states[ws.Name]; ok {
 				if r.tbl.Kind() != ws.Kind {
 					return fmt.Errorf("restore key group %d: %w: state %q is registered as %s, the snapshot has %s", kg, ErrIncompatibleState, ws.Name, r.tbl.Kind(), ws.Kind)
@@ -309,14 +298,6 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 			apply = append(apply, stagePending(m, ws.Name, ws.Kind, gi, ws.Entries))
 		}
 		for _, wt := range p.Timers {
-			for _, t := range wt.Timers {
-				if t.Domain > ProcessingTime {
-					return fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
-				}
-				if g := m.kg(t.Key); g != kg {
-					return fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
-				}
-			}
 			timers = append(timers, func() {
 				svc := m.TimerService(wt.Name)
 				for _, t := range wt.Timers {
@@ -335,6 +316,50 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 		m.restored[kg] = true
 	}
 	return nil
+}
+
+// decodedBlob is a key group's blob, decoded and checked on its own.
+type decodedBlob struct {
+	kg int
+	p  wirePayload
+}
+
+// decodeBlob decodes blob bi and checks what it can on its own: frame,
+// checksum, that its key group is this backend's, that every key and
+// timer is in it. Restore runs it on several goroutines.
+func (m *Memory) decodeBlob(bi int, blob []byte) (decodedBlob, error) {
+	kg, payload, err := parseBlob(blob)
+	if err != nil {
+		return decodedBlob{}, fmt.Errorf("restore blob %d: %w", bi, err)
+	}
+	if kg < m.start || kg >= m.end {
+		return decodedBlob{}, fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, m.start, m.end)
+	}
+	var p wirePayload
+	if err := decMode.Unmarshal(payload, &p); err != nil {
+		return decodedBlob{}, fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
+	}
+	for _, ws := range p.States {
+		if ws.Name == "" || !ws.Kind.valid() {
+			return decodedBlob{}, fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
+		}
+		for _, e := range ws.Entries {
+			if g := m.kg(e.Key); g != kg {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
+			}
+		}
+	}
+	for _, wt := range p.Timers {
+		for _, t := range wt.Timers {
+			if t.Domain > ProcessingTime {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
+			}
+			if g := m.kg(t.Key); g != kg {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
+			}
+		}
+	}
+	return decodedBlob{kg: kg, p: p}, nil
 }
 
 // stagePending returns the func that adds the entries of an unregistered
