@@ -155,7 +155,8 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 }
 
 // restore applies positions: owner(j) is the position that read file j
-// (its index among all files) when it is not listed in any. A listed file
+// (its index among all files), or -1, when it is not listed in any
+// (without follow only). A listed file
 // resumes as its entry says; without follow, an unlisted file that its
 // owner's first entry (the file it was reading) sorts after is done, and
 // any other starts from the beginning.
@@ -172,7 +173,10 @@ func (s *source) restore(pos []Position, owner func(j int) int) {
 			in.done = e.Done && !s.cfg.Follow
 			continue
 		}
-		if o := owner(in.index); !s.cfg.Follow && o >= 0 && len(pos[o].Entries) > 0 && in.name < pos[o].Entries[0].Name {
+		if s.cfg.Follow {
+			continue
+		}
+		if o := owner(in.index); o >= 0 && len(pos[o].Entries) > 0 && in.name < pos[o].Entries[0].Name {
 			in.done = true
 		}
 	}
@@ -193,18 +197,27 @@ func (s *source) restore(pos []Position, owner func(j int) int) {
 // which tell which old subtask read each file: the files must be those of
 // the checkpoint (same names, same order), else the restore fails.
 func (s *source) restoreRescaled(all [][]byte, names []string) error {
-	index := make(map[string]int, len(names))
-	for j, n := range names {
-		index[n] = j
-	}
 	pos := make([]Position, 0, len(all))
-	bySub := map[int]int{}
-	oldP := 0
 	for _, b := range all {
 		p, err := DecodePosition(b)
 		if err != nil {
 			return err
 		}
+		pos = append(pos, p)
+	}
+	if s.cfg.Follow {
+		// Every file read is listed, by name: files may come and go
+		// (rotation), as in a restore at the same parallelism.
+		s.restore(pos, func(int) int { return -1 })
+		return nil
+	}
+	index := make(map[string]int, len(names))
+	for j, n := range names {
+		index[n] = j
+	}
+	bySub := map[int]int{}
+	oldP := 0
+	for i, p := range pos {
 		if p.Parallelism == 0 {
 			return errors.New("a position written by an older eddy, which does not record its parallelism: restore at the parallelism the checkpoint was taken with")
 		}
@@ -219,12 +232,11 @@ func (s *source) restoreRescaled(all [][]byte, names []string) error {
 			if !ok {
 				return fmt.Errorf("file %s, read by subtask %d, is gone: the files must be those of the checkpoint", e.Name, p.Subtask)
 			}
-			if j%oldP != p.Subtask && !s.cfg.Follow {
+			if j%oldP != p.Subtask {
 				return fmt.Errorf("file %s was read by subtask %d of %d, but is file %d now: the files must be those of the checkpoint", e.Name, p.Subtask, oldP, j)
 			}
 		}
-		pos = append(pos, p)
-		bySub[p.Subtask] = len(pos)
+		bySub[p.Subtask] = i + 1
 	}
 	s.restore(pos, func(j int) int { return bySub[j%oldP] - 1 })
 	return nil

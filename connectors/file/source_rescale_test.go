@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -143,6 +144,17 @@ func TestSourceRescaleFollow(t *testing.T) {
 	}
 	slices.Sort(got)
 	require.Equal(t, []string{"f0-0", "f0-1", "f1-0", "f1-1", "f2-0", "f2-1", "f3-0", "f3-1"}, got)
+
+	// A followed file that is gone (rotated away) is no reason to fail,
+	// nor is a version-1 position: followed files are matched by name.
+	require.NoError(t, os.Remove(filepath.Join(dir, "3.log")))
+	name0 := filepath.Join(dir, "0.log")
+	first := len(`{"l":"f0-0"}` + "\n")
+	v1 := append([]byte{1, 1, byte(first), 2, byte(len(name0))}, name0...)
+	gone := EncodePosition(Position{Subtask: 1, Parallelism: 2, Entries: []PositionEntry{{Name: filepath.Join(dir, "3.log"), Offset: 5, Line: 2}}})
+	src, _ := openAt(t, cfg, 0, 2, [][]byte{v1, gone}) // files 0.log and 2.log
+	lines, _ := readUntil(t, src, 3, 5*time.Second)
+	require.ElementsMatch(t, []map[string]any{{"l": "f0-1"}, {"l": "f2-0"}, {"l": "f2-1"}}, lines)
 }
 
 // A rescaled restore refuses what it cannot map: positions of an older
