@@ -496,40 +496,21 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 		return err
 	}
 	now := b.clock()
-	type group struct {
-		kg int
-		p  wirePayload
+	decoded, err := decodeBlobs(blobs, b.start, b.end, b.kg)
+	if err != nil {
+		return err
 	}
 	var (
-		decoded      []group
 		pendingKinds = map[string]Kind{}
 		groups       = map[int]bool{}
 	)
-	for bi, blob := range blobs {
-		kg, payload, err := parseBlob(blob)
-		if err != nil {
-			return fmt.Errorf("restore blob %d: %w", bi, err)
-		}
-		if kg < b.start || kg >= b.end {
-			return fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, b.start, b.end)
-		}
+	for bi, d := range decoded {
+		kg := d.kg
 		if b.restored[kg] || groups[kg] {
 			return fmt.Errorf("restore blob %d: %w: key group %d", bi, ErrDuplicateKeyGroup, kg)
 		}
 		groups[kg] = true
-		var p wirePayload
-		if err := decMode.Unmarshal(payload, &p); err != nil {
-			return fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
-		}
-		for _, ws := range p.States {
-			if ws.Name == "" || !ws.Kind.valid() {
-				return fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
-			}
-			for _, e := range ws.Entries {
-				if g := b.kg(e.Key); g != kg {
-					return fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
-				}
-			}
+		for _, ws := range d.p.States {
 			if r, ok := b.states[ws.Name]; ok {
 				if r.tbl.Kind() != ws.Kind {
 					return fmt.Errorf("restore key group %d: %w: state %q is registered as %s, the snapshot has %s", kg, ErrIncompatibleState, ws.Name, r.tbl.Kind(), ws.Kind)
@@ -548,17 +529,6 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 				return fmt.Errorf("restore key group %d: %w: state %q is %s in one key group and %s in another", kg, ErrCorrupt, ws.Name, kind, ws.Kind)
 			}
 		}
-		for _, wt := range p.Timers {
-			for _, t := range wt.Timers {
-				if t.Domain > ProcessingTime {
-					return fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
-				}
-				if g := b.kg(t.Key); g != kg {
-					return fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
-				}
-			}
-		}
-		decoded = append(decoded, group{kg, p})
 	}
 	// The records of the restored keys are merged with what the file holds:
 	// write the cache first, and drop it after.
@@ -566,7 +536,7 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 		b.fail(err)
 		return err
 	}
-	err := b.update(func(tx *bolt.Tx) error {
+	err = b.update(func(tx *bolt.Tx) error {
 		for _, g := range decoded {
 			for _, ws := range g.p.States {
 				if r, ok := b.states[ws.Name]; ok {

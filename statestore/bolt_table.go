@@ -234,6 +234,7 @@ type boltTable[S any] struct {
 	cache   map[string]*boltEntry[S]
 	dirty   []*boltEntry[S]
 	val     []byte // scratch: one value's CBOR
+	rec     []byte // scratch: one record (adopt)
 	enc     encoder
 	// appendValue encodes a value (valueAppender).
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
@@ -699,9 +700,9 @@ func (t *boltTable[S]) restoredSlot(ts int64, v S, now int64) (int64, S, bool) {
 }
 
 // restoreValue decodes a snapshot entry's value, applies the restore rules
-// and returns the entry's new record value (a new slice), or nil when the
-// entry is left out.
-func (t *boltTable[S]) restoreValue(key string, ts int64, raw []byte, now int64) ([]byte, error) {
+// and returns the entry's new record value appended to dst, or nil when
+// the entry is left out.
+func (t *boltTable[S]) restoreValue(dst []byte, key string, ts int64, raw []byte, now int64) ([]byte, error) {
 	var v S
 	if err := decMode.Unmarshal(raw, &v); err != nil {
 		return nil, errIncompatibleValue(t.spec, key, err)
@@ -714,7 +715,7 @@ func (t *boltTable[S]) restoreValue(key string, ts int64, raw []byte, now int64)
 	if err != nil {
 		return nil, err
 	}
-	return appendValue(nil, ts, b), nil
+	return appendValue(dst, ts, b), nil
 }
 
 // restoreGroup writes the decoded entries of key group group into the
@@ -725,7 +726,7 @@ func (t *boltTable[S]) restoreGroup(tx *bolt.Tx, group int, entries []wireEntry,
 		return fmt.Errorf("state %q: %w: no bucket", t.spec.name, errRecord)
 	}
 	for _, e := range entries {
-		v, err := t.restoreValue(e.Key, e.TS, e.Value, now)
+		v, err := t.restoreValue(nil, e.Key, e.TS, e.Value, now) // Put keeps it until the commit
 		if err != nil {
 			return err
 		}
@@ -753,8 +754,17 @@ func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 		if err != nil {
 			return nil, false, err
 		}
-		v, err := t.restoreValue(unescape(esc), ts, raw, now)
-		return v, v == nil || !bytes.Equal(v, rec), err
+		// Encoded into a reused buffer: most records come out the same
+		// and are not written; a changed one is copied for the write.
+		v, err := t.restoreValue(t.rec[:0], unescape(esc), ts, raw, now)
+		if err != nil || v == nil {
+			return nil, true, err
+		}
+		t.rec = v
+		if bytes.Equal(v, rec) {
+			return nil, false, nil
+		}
+		return bytes.Clone(v), true, nil
 	})
 }
 

@@ -324,3 +324,59 @@ func errIncompatibleValue(spec stateSpec, key string, err error) error {
 func errEncodeValue(spec stateSpec, key string, err error) error {
 	return fmt.Errorf("encode %s state %q of key %q: %w", spec.kind, spec.name, key, err)
 }
+
+// decodedBlob is a key group's blob, decoded and checked on its own.
+type decodedBlob struct {
+	kg int
+	p  wirePayload
+}
+
+// decodeBlobs decodes the blobs of a restore, each on its own, on several
+// goroutines (decoding is most of a restore's CPU): see decodeBlob.
+func decodeBlobs(blobs [][]byte, start, end int, keyGroup KeyGroupFunc) ([]decodedBlob, error) {
+	decoded := make([]decodedBlob, len(blobs))
+	err := forEachParallel(len(blobs), func(bi int) (err error) {
+		decoded[bi], err = decodeBlob(bi, blobs[bi], start, end, keyGroup)
+		return err
+	})
+	return decoded, err
+}
+
+// decodeBlob decodes blob bi and checks what it can on its own: frame,
+// checksum, that its key group is in [start, end), that its states are
+// named and of a known kind, and that every key and timer is in its key
+// group.
+func decodeBlob(bi int, blob []byte, start, end int, keyGroup KeyGroupFunc) (decodedBlob, error) {
+	kg, payload, err := parseBlob(blob)
+	if err != nil {
+		return decodedBlob{}, fmt.Errorf("restore blob %d: %w", bi, err)
+	}
+	if kg < start || kg >= end {
+		return decodedBlob{}, fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, start, end)
+	}
+	var p wirePayload
+	if err := decMode.Unmarshal(payload, &p); err != nil {
+		return decodedBlob{}, fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
+	}
+	for _, ws := range p.States {
+		if ws.Name == "" || !ws.Kind.valid() {
+			return decodedBlob{}, fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
+		}
+		for _, e := range ws.Entries {
+			if g := keyGroup(e.Key); g != kg {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
+			}
+		}
+	}
+	for _, wt := range p.Timers {
+		for _, t := range wt.Timers {
+			if t.Domain > ProcessingTime {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
+			}
+			if g := keyGroup(t.Key); g != kg {
+				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
+			}
+		}
+	}
+	return decodedBlob{kg: kg, p: p}, nil
+}

@@ -258,11 +258,8 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 		timers       []func()
 		groups       = map[int]bool{}
 	)
-	decoded := make([]decodedBlob, len(blobs))
-	if err := forEachParallel(len(blobs), func(bi int) (err error) {
-		decoded[bi], err = m.decodeBlob(bi, blobs[bi])
-		return err
-	}); err != nil {
+	decoded, err := decodeBlobs(blobs, m.start, m.end, m.kg)
+	if err != nil {
 		return err
 	}
 	for bi, d := range decoded {
@@ -316,50 +313,6 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 		m.restored[kg] = true
 	}
 	return nil
-}
-
-// decodedBlob is a key group's blob, decoded and checked on its own.
-type decodedBlob struct {
-	kg int
-	p  wirePayload
-}
-
-// decodeBlob decodes blob bi and checks what it can on its own: frame,
-// checksum, that its key group is this backend's, that every key and
-// timer is in it. Restore runs it on several goroutines.
-func (m *Memory) decodeBlob(bi int, blob []byte) (decodedBlob, error) {
-	kg, payload, err := parseBlob(blob)
-	if err != nil {
-		return decodedBlob{}, fmt.Errorf("restore blob %d: %w", bi, err)
-	}
-	if kg < m.start || kg >= m.end {
-		return decodedBlob{}, fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, m.start, m.end)
-	}
-	var p wirePayload
-	if err := decMode.Unmarshal(payload, &p); err != nil {
-		return decodedBlob{}, fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
-	}
-	for _, ws := range p.States {
-		if ws.Name == "" || !ws.Kind.valid() {
-			return decodedBlob{}, fmt.Errorf("restore key group %d: %w: state %q of kind %d", kg, ErrCorrupt, ws.Name, ws.Kind)
-		}
-		for _, e := range ws.Entries {
-			if g := m.kg(e.Key); g != kg {
-				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: key %q of state %q is in key group %d: was the state written with another max_parallelism?", kg, ErrKeyGroupRange, e.Key, ws.Name, g)
-			}
-		}
-	}
-	for _, wt := range p.Timers {
-		for _, t := range wt.Timers {
-			if t.Domain > ProcessingTime {
-				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer domain %d", kg, ErrCorrupt, t.Domain)
-			}
-			if g := m.kg(t.Key); g != kg {
-				return decodedBlob{}, fmt.Errorf("restore key group %d: %w: timer key %q is in key group %d", kg, ErrKeyGroupRange, t.Key, g)
-			}
-		}
-	}
-	return decodedBlob{kg: kg, p: p}, nil
 }
 
 // stagePending returns the func that adds the entries of an unregistered
