@@ -154,12 +154,11 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 	return nil
 }
 
-// restore applies positions: owner(j) is the position that read file j
-// (its index among all files), or -1, when it is not listed in any
-// (without follow only). A listed file
-// resumes as its entry says; without follow, an unlisted file that its
-// owner's first entry (the file it was reading) sorts after is done, and
-// any other starts from the beginning.
+// restore applies positions. A file listed in one resumes as its entry
+// says. Without follow, an unlisted file is done when the first entry
+// (the file being read) of its owner, pos[owner(j)] for file j (its index
+// among all files), sorts after it; any other file starts from the
+// beginning. owner may return -1: no position read that file.
 func (s *source) restore(pos []Position, owner func(j int) int) {
 	listed := map[string]PositionEntry{}
 	for _, p := range pos {
