@@ -17,7 +17,7 @@ import (
 )
 
 // Part files: a part written with PendingCheckpoint.Create is streamed to a
-// file of its own, DIR/checkpoints.parts/<id>/<n>.part, instead of being
+// file of its own, DIR/checkpoints.db.parts/<id>/<n>.part, instead of being
 // held in memory whole and copied into a bbolt value. The file holds what a
 // bbolt value would (the blob, then its CRC32-C); Complete records it in the
 // checkpoint's "files" bucket, in the metadata's transaction, after the
