@@ -569,31 +569,13 @@ func (p *PendingCheckpoint) ID() int64 { return p.id }
 // checkpoint: Complete then returns ErrCheckpointFailed; Abort it.
 func (p *PendingCheckpoint) Put(part string, blob []byte) error {
 	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
-	if part == "" || len(part) > MaxPartNameLen {
-		return wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
-	}
 	if len(blob)+partTrailer > bolt.MaxValueSize {
 		return wrap(fmt.Errorf("%w: a blob of %d bytes (at most %d)", ErrInvalidPart, len(blob), bolt.MaxValueSize-partTrailer))
 	}
-	p.mu.Lock()
-	switch {
-	case p.state != pendingCkptOpen:
-		p.mu.Unlock()
-		return wrap(ErrCheckpointFinished)
-	case p.err != nil:
-		err := p.err
-		p.mu.Unlock()
-		return wrap(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
-	}
-	_, dup := p.parts[part]
-	if _, file := p.files[part]; dup || file {
-		p.mu.Unlock()
-		return wrap(ErrDuplicatePart)
-	}
 	crc := crc32.Checksum(blob, crcTable)
-	p.parts[part] = PartInfo{Name: part, Size: int64(len(blob)), CRC32C: crc}
-	p.puts.Add(1)
-	p.mu.Unlock()
+	if err := p.admit(part, func() { p.parts[part] = PartInfo{Name: part, Size: int64(len(blob)), CRC32C: crc} }); err != nil {
+		return wrap(err)
+	}
 	defer p.puts.Done()
 
 	stored, err := p.s.faults.Blob(p.id, part, blob)
@@ -604,6 +586,31 @@ func (p *PendingCheckpoint) Put(part string, blob []byte) error {
 		p.fail(err)
 		return wrap(err)
 	}
+	return nil
+}
+
+// admit checks that part may be stored now (a valid name, the checkpoint
+// open and not failed, the name not taken by a Put or a Create) and, under
+// the same lock, records it with add and counts it in flight: the caller
+// calls p.puts.Done when it is stored or failed.
+func (p *PendingCheckpoint) admit(part string, add func()) error {
+	if part == "" || len(part) > MaxPartNameLen {
+		return fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.state != pendingCkptOpen:
+		return ErrCheckpointFinished
+	case p.err != nil:
+		return fmt.Errorf("%w: %w", ErrCheckpointFailed, p.err)
+	}
+	_, put := p.parts[part]
+	if _, created := p.files[part]; put || created {
+		return ErrDuplicatePart
+	}
+	add()
+	p.puts.Add(1)
 	return nil
 }
 

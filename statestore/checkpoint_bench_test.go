@@ -312,14 +312,16 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 							}
 							continue
 						}
-						p, err := s.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
-						require.NoError(b, err)
-						w, err := p.Create("op/window/0")
-						require.NoError(b, err)
-						_, err = snap.WriteTo(w)
-						require.NoError(b, err)
-						require.NoError(b, w.Close())
-						require.NoError(b, p.Complete(context.Background()))
+						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p *statestore.PendingCheckpoint) error {
+							w, err := p.Create("op/window/0")
+							if err != nil {
+								return err
+							}
+							if _, err := snap.WriteTo(w); err != nil {
+								return err
+							}
+							return w.Close()
+						}))
 					}
 					b.StopTimer()
 					b.ReportMetric((cputime.Process()-cpu).Seconds()/(float64(b.N)*float64(size)/(1<<30)), "CPU-s/GiB")
@@ -366,14 +368,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
 			part := data()
 			largePartRuns(b, c.size, func(i int) error {
-				p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
-				if err != nil {
-					return err
-				}
-				if err := p.Put("op/window/0", part); err != nil {
-					return err
-				}
-				return p.Complete(context.Background())
+				return storeCheckpoint(st, int64(i+1), func(p *statestore.PendingCheckpoint) error { return p.Put("op/window/0", part) })
 			})
 		})
 		for _, direct := range []bool{true, false} {
@@ -387,23 +382,18 @@ func BenchmarkLargePartStore(b *testing.B) {
 				st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
 				part := data()
 				largePartRuns(b, c.size, func(i int) error {
-					p, err := st.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
-					if err != nil {
-						return err
-					}
-					w, err := p.Create("op/window/0")
-					if err != nil {
-						return err
-					}
-					for off := 0; off < len(part); off += 8 << 20 {
-						if _, err := w.Write(part[off:min(off+8<<20, len(part))]); err != nil {
+					return storeCheckpoint(st, int64(i+1), func(p *statestore.PendingCheckpoint) error {
+						w, err := p.Create("op/window/0")
+						if err != nil {
 							return err
 						}
-					}
-					if err := w.Close(); err != nil {
-						return err
-					}
-					return p.Complete(context.Background())
+						for off := 0; off < len(part); off += 8 << 20 {
+							if _, err := w.Write(part[off:min(off+8<<20, len(part))]); err != nil {
+								return err
+							}
+						}
+						return w.Close()
+					})
 				})
 			})
 		}
@@ -436,6 +426,19 @@ func BenchmarkLargePartStore(b *testing.B) {
 			})
 		})
 	}
+}
+
+// storeCheckpoint writes checkpoint id with the parts put stores, and
+// completes it.
+func storeCheckpoint(st *statestore.CheckpointStore, id int64, put func(*statestore.PendingCheckpoint) error) error {
+	p, err := st.Begin(id, statestore.CheckpointMeta{Pipeline: "bench"})
+	if err != nil {
+		return err
+	}
+	if err := put(p); err != nil {
+		return err
+	}
+	return p.Complete(context.Background())
 }
 
 func largePartRuns(b *testing.B, size int, store func(i int) error) {

@@ -109,32 +109,14 @@ type PartWriter struct {
 // apply; a failed Write or Close fails the checkpoint.
 func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
 	wrap := func(err error) error { return fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err) }
-	if part == "" || len(part) > MaxPartNameLen {
-		return nil, wrap(fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen))
+	var file string
+	if err := p.admit(part, func() {
+		p.nfiles++
+		file = strconv.Itoa(p.nfiles) + ".part"
+		p.files[part] = file
+	}); err != nil {
+		return nil, wrap(err)
 	}
-	p.mu.Lock()
-	switch {
-	case p.state != pendingCkptOpen:
-		p.mu.Unlock()
-		return nil, wrap(ErrCheckpointFinished)
-	case p.err != nil:
-		err := p.err
-		p.mu.Unlock()
-		return nil, wrap(fmt.Errorf("%w: %w", ErrCheckpointFailed, err))
-	}
-	if _, dup := p.parts[part]; dup {
-		p.mu.Unlock()
-		return nil, wrap(ErrDuplicatePart)
-	}
-	if _, dup := p.files[part]; dup {
-		p.mu.Unlock()
-		return nil, wrap(ErrDuplicatePart)
-	}
-	p.nfiles++
-	file := strconv.Itoa(p.nfiles) + ".part"
-	p.files[part] = file
-	p.puts.Add(1)
-	p.mu.Unlock()
 
 	w := &PartWriter{p: p, name: part, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
 	err := os.MkdirAll(filepath.Dir(w.path), 0o755)
