@@ -166,9 +166,13 @@ func (o *continuousOp) Open(_ context.Context, oc *pipeline.OperatorContext) err
 		return err
 	}
 	o.rows, err = statestore.RegisterAggregating(b, statestore.AggregatingDescriptor[continuousIn, *aggRow, *aggRow]{
-		Name:   continuousState,
-		Create: func() *aggRow { return &aggRow{row: agg.NewAccs(o.specs)} },
-		Add:    o.fold,
+		Name: continuousState,
+		Create: func() *aggRow {
+			a, r := agg.NewAccsWith[aggRow](o.specs)
+			a.row = r
+			return a
+		},
+		Add: o.fold,
 		// Merge is required by the descriptor; nothing merges namespaces
 		// of this state.
 		Merge: func(a, b *aggRow) *aggRow {
@@ -229,7 +233,9 @@ func (o *continuousOp) copyRow(a *aggRow) *aggRow {
 	if a.row == nil {
 		return &aggRow{raw: a.raw} // raw is never changed in place
 	}
-	return &aggRow{row: a.row.Clone()}
+	c, r := agg.CloneWith[aggRow](a.row)
+	c.row = r
+	return c
 }
 
 // results writes the aggregates of a row that may be shared with a snapshot

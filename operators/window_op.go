@@ -180,7 +180,9 @@ func (w *windowOp) fail(err error) {
 
 func (w *windowOp) addToBox(b *accBox, in *addIn) *accBox {
 	if b == nil {
-		b = &accBox{row: agg.NewAccs(w.specs), maxTime: pipeline.NoTime}
+		var r *agg.Row
+		b, r = agg.NewAccsWith[accBox](w.specs)
+		b.row, b.maxTime = r, pipeline.NoTime
 		in.fresh = true
 	} else if b.row == nil {
 		b.row, b.raw = w.decodeRow(b.raw), nil
@@ -206,10 +208,11 @@ func (w *windowOp) mergeBoxes(a, b *accBox) *accBox {
 }
 
 func (w *windowOp) copyBox(b *accBox) *accBox {
-	c := &accBox{raw: b.raw, maxTime: b.maxTime}
-	if b.row != nil {
-		c.row = b.row.Clone()
+	if b.row == nil {
+		return &accBox{raw: b.raw, maxTime: b.maxTime}
 	}
+	c, r := agg.CloneWith[accBox](b.row)
+	c.row, c.maxTime = r, b.maxTime
 	return c
 }
 

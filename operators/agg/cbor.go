@@ -199,7 +199,8 @@ func (r *Row) UnmarshalCBOR(data []byte) error {
 	if d.err != nil {
 		return fmt.Errorf("decode aggregate state: %w", d.err)
 	}
-	r.rows, r.accs = rows, accs
+	r.rows = rows
+	copy(r.accs, accs) // r.accs may share r's allocation (allocRow)
 	return nil
 }
 

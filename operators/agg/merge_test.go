@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
@@ -142,8 +143,21 @@ func TestMergeFloatSums(t *testing.T) {
 // Clone copies a row exactly (its encoding, its results), for every
 // function and a reduce without a merge expression, and the copy and the
 // original change independently afterwards (copy-on-write relies on it).
+// cloneSpecSets are the aggregations TestClone copies: every function
+// together (a row whose accumulators are an allocation of their own), and
+// runs of 1 to 4 of them (a row and its accumulators in one object).
+func cloneSpecSets(t *testing.T) []Specs {
+	lines := strings.Split(strings.TrimSpace(mergeSpecs+"r: reduce(concat(acc, [s]), [])\n"), "\n")
+	sets := []Specs{mustSpecs(t, strings.Join(lines, "\n"))}
+	for n := 1; n <= 4; n++ {
+		for i := 0; i+n <= len(lines); i += n {
+			sets = append(sets, mustSpecs(t, strings.Join(lines[i:i+n], "\n")))
+		}
+	}
+	return sets
+}
+
 func TestClone(t *testing.T) {
-	specs := mustSpecs(t, mergeSpecs+"r: reduce(concat(acc, [s]), [])\n")
 	rng := rand.New(rand.NewPCG(3, 4))
 	var vm pipeline.VM
 	encode := func(r *Row) []byte {
@@ -156,26 +170,61 @@ func TestClone(t *testing.T) {
 		r.Results(m)
 		return m
 	}
-	for iter := range 200 {
-		orig := NewAccs(specs)
-		for _, r := range randomRecords(rng, rng.IntN(30)) {
-			require.NoError(t, orig.Add(&vm, r))
-		}
-		origBytes, origResults := encode(orig), results(orig)
-		c := orig.Clone()
-		require.Equal(t, origBytes, encode(c), "iteration %d", iter)
-		require.Equal(t, origResults, results(c), "iteration %d", iter)
+	for _, specs := range cloneSpecSets(t) {
+		for iter := range 40 {
+			orig := NewAccs(specs)
+			for _, r := range randomRecords(rng, rng.IntN(30)) {
+				require.NoError(t, orig.Add(&vm, r))
+			}
+			origBytes, origResults := encode(orig), results(orig)
+			c := orig.Clone()
+			require.Equal(t, origBytes, encode(c), "%d aggregates, iteration %d", len(specs), iter)
+			require.Equal(t, origResults, results(c), "%d aggregates, iteration %d", len(specs), iter)
 
-		more := randomRecords(rng, 1+rng.IntN(10))
-		for _, r := range more {
-			require.NoError(t, c.Add(&vm, r))
+			more := randomRecords(rng, 1+rng.IntN(10))
+			for _, r := range more {
+				require.NoError(t, c.Add(&vm, r))
+			}
+			require.Equal(t, origBytes, encode(orig), "%d aggregates, iteration %d: changing the copy changed the original", len(specs), iter)
+			cloneBytes := encode(c)
+			for _, r := range more {
+				require.NoError(t, orig.Add(&vm, r))
+			}
+			require.Equal(t, cloneBytes, encode(c), "%d aggregates, iteration %d: changing the original changed the copy", len(specs), iter)
+			require.Equal(t, cloneBytes, encode(orig), "%d aggregates, iteration %d: the same records, the same row", len(specs), iter)
+
+			// Decoding into a row fills its accumulators where they are.
+			_, d := NewAccsWith[[3]int64](specs)
+			require.NoError(t, d.UnmarshalCBOR(cloneBytes))
+			require.Equal(t, cloneBytes, encode(d), "%d aggregates, iteration %d: decoded", len(specs), iter)
 		}
-		require.Equal(t, origBytes, encode(orig), "iteration %d: changing the copy changed the original", iter)
-		cloneBytes := encode(c)
-		for _, r := range more {
-			require.NoError(t, orig.Add(&vm, r))
+	}
+}
+
+// TestAccsWithOneObject: a holder, its row and up to four accumulators are
+// one allocation, the copy too; more accumulators get one of their own.
+func TestAccsWithOneObject(t *testing.T) {
+	type holder struct {
+		row *Row
+		n   int64
+	}
+	lines := strings.Split(strings.TrimSpace(mergeSpecs), "\n")
+	for n := 1; n <= 6; n++ {
+		specs := mustSpecs(t, strings.Join(lines[:n], "\n"))
+		want := 1.0
+		if n > 4 {
+			want = 2
 		}
-		require.Equal(t, cloneBytes, encode(c), "iteration %d: changing the original changed the copy", iter)
-		require.Equal(t, cloneBytes, encode(orig), "iteration %d: the same records, the same row", iter)
+		var h *holder
+		require.Equal(t, want, testing.AllocsPerRun(10, func() {
+			var r *Row
+			h, r = NewAccsWith[holder](specs)
+			h.row = r
+		}), "%d aggregates: NewAccsWith", n)
+		require.Len(t, h.row.accs, n)
+		require.Equal(t, want, testing.AllocsPerRun(10, func() {
+			c, r := CloneWith[holder](h.row)
+			c.row = r
+		}), "%d aggregates: CloneWith", n)
 	}
 }

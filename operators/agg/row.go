@@ -49,9 +49,82 @@ var present any = rowMarker{}
 // otherwise every method of the row returns ErrNotCompiled. The row keeps
 // specs (not a copy of the compiled state), so specs must outlive it.
 func NewAccs(specs Specs) *Row {
-	r := &Row{specs: specs, ok: specs.Compiled(), accs: make([]acc, len(specs))}
-	r.Reset()
+	_, r := NewAccsWith[struct{}](specs)
 	return r
+}
+
+// NewAccsWith is NewAccs, with a zero T allocated in the same object as the
+// row: keyed state keeps a row per key and window inside a holder of its
+// own (a window's box), and reaching the holder, the row and its
+// accumulators is then one allocation and one cache miss instead of three,
+// for a record's update, a snapshot's encoding, a copy-on-write and the
+// garbage collector's marking. The row lives as long as the T does.
+func NewAccsWith[T any](specs Specs) (*T, *Row) {
+	t, r := allocWith[T](len(specs))
+	r.specs, r.ok = specs, specs.Compiled()
+	r.Reset()
+	return t, r
+}
+
+// CloneWith is r.Clone, with a zero T in the same object (NewAccsWith).
+func CloneWith[T any](r *Row) (*T, *Row) {
+	t, c := allocWith[T](len(r.accs))
+	r.cloneInto(c)
+	return t, c
+}
+
+// with1 to with4 are a T, a Row and the row's accumulators in one object.
+type (
+	with1[T any] struct {
+		t T
+		r Row
+		a [1]acc
+	}
+	with2[T any] struct {
+		t T
+		r Row
+		a [2]acc
+	}
+	with3[T any] struct {
+		t T
+		r Row
+		a [3]acc
+	}
+	with4[T any] struct {
+		t T
+		r Row
+		a [4]acc
+	}
+)
+
+// allocWith returns a zero T and a zero Row with n zero accumulators, all
+// in one object when n is at most 4 (most aggregations); more accumulators
+// are an allocation of their own.
+func allocWith[T any](n int) (*T, *Row) {
+	switch n {
+	case 1:
+		p := &with1[T]{}
+		p.r.accs = p.a[:]
+		return &p.t, &p.r
+	case 2:
+		p := &with2[T]{}
+		p.r.accs = p.a[:]
+		return &p.t, &p.r
+	case 3:
+		p := &with3[T]{}
+		p.r.accs = p.a[:]
+		return &p.t, &p.r
+	case 4:
+		p := &with4[T]{}
+		p.r.accs = p.a[:]
+		return &p.t, &p.r
+	}
+	p := &struct {
+		t T
+		r Row
+	}{}
+	p.r.accs = make([]acc, n)
+	return &p.t, &p.r
 }
 
 // Clone returns a copy of r that shares nothing it changes with r: the
@@ -61,7 +134,14 @@ func NewAccs(specs Specs) *Row {
 // merge expression too. The copy-on-write of keyed state calls it for each
 // row a snapshot holds and the task then changes.
 func (r *Row) Clone() *Row {
-	c := &Row{specs: r.specs, ok: r.ok, rows: r.rows, accs: slices.Clone(r.accs)}
+	_, c := CloneWith[struct{}](r)
+	return c
+}
+
+// cloneInto makes c, a zero row with as many accumulators, a Clone of r.
+func (r *Row) cloneInto(c *Row) {
+	c.specs, c.ok, c.rows = r.specs, r.ok, r.rows
+	copy(c.accs, r.accs)
 	for i := range c.accs {
 		x := c.accs[i].x
 		if x == nil {
@@ -77,7 +157,6 @@ func (r *Row) Clone() *Row {
 		}
 		c.accs[i].x = nx
 	}
-	return c
 }
 
 // Reset empties r for reuse, keeping the memory collect and count_distinct

@@ -1,0 +1,118 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// BenchmarkWindowCheckpointState measures what a checkpoint costs the
+// memory backend holding the state of checkpointbench's window (count, avg
+// and the latest 1 KiB payload per key, one open 24h window each), per key:
+//
+//   - encode: Snapshot and WriteTo to io.Discard (the asynchronous part);
+//   - update-after-snapshot: one record per key right after a snapshot,
+//     so that every update copies its entry first (copy-on-write);
+//   - update: one record per key without snapshots (the baseline of the
+//     previous one).
+//
+// 200,000 keys (about 200 MiB); EDDY_BENCH_LARGE=1: 1,000,000 (1 GiB).
+//
+//	go test -run XXX -bench WindowCheckpointState ./operators/
+func BenchmarkWindowCheckpointState(b *testing.B) {
+	keys := 200_000
+	if os.Getenv("EDDY_BENCH_LARGE") != "" {
+		keys = 1_000_000
+	}
+	spec, err := loadSteps(stepYAML("key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	op, err := spec.Steps[0].Config.NewOperator()
+	if err != nil {
+		b.Fatal(err)
+	}
+	info := pipeline.SubtaskInfo{ID: "s", Parallelism: 1, MaxParallelism: 128, Logger: slog.Default(), Metrics: pipeline.NewMetrics()}
+	backend, err := statestore.NewMemory(statestore.Options{
+		KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	oc := &pipeline.OperatorContext{SubtaskInfo: info, KeyedState: func() (statestore.Backend, error) { return backend, nil }}
+	if err := op.Open(context.Background(), oc); err != nil {
+		b.Fatal(err)
+	}
+	defer op.Close()
+	// Two records per key with distinct payloads, alternated: each update
+	// replaces the payload the key holds.
+	filler := strings.Repeat("x", 1000)
+	recs := make([][]pipeline.Record, 2)
+	for r := range recs {
+		recs[r] = make([]pipeline.Record, keys)
+		for i := range recs[r] {
+			id := int64(i)
+			key, _ := pipeline.EncodeKey(nil, id)
+			recs[r][i] = pipeline.Record{Key: string(key), Time: 1000, Fields: map[string]any{
+				"id": id, "v": int64(i % 100), "payload": fmt.Sprintf("%024d", i*2+r) + filler}}
+		}
+	}
+	discard := pipeline.EmitterFunc(func([]pipeline.Record) error { return nil })
+	round := 0
+	updateAll := func() {
+		rs := recs[round%2]
+		round++
+		for i := 0; i < len(rs); i += benchBatch {
+			if err := op.Process(rs[i:min(i+benchBatch, len(rs))], discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	updateAll()
+	perKey := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keys), "ns/key")
+	}
+	b.Run("encode", func(b *testing.B) {
+		var n int64
+		for b.Loop() {
+			s, err := backend.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, err = s.WriteTo(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			s.Release()
+		}
+		perKey(b)
+		b.ReportMetric(float64(n)/float64(keys), "B/key")
+	})
+	b.Run("update-after-snapshot", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			s, err := backend.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			updateAll()
+			b.StopTimer()
+			s.Release()
+			b.StartTimer()
+		}
+		perKey(b)
+	})
+	b.Run("update", func(b *testing.B) {
+		for b.Loop() {
+			updateAll()
+		}
+		perKey(b)
+	})
+}

@@ -1,0 +1,61 @@
+package statestore
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCopyOnWriteAllocations: the first write to a key after a snapshot
+// copies its entry; an entry of one namespace and its slot are one object
+// (keyEntry.one), so the copy is one allocation; two namespaces need their
+// own array. The snapshot still holds the values it saw.
+func TestCopyOnWriteAllocations(t *testing.T) {
+	for _, tc := range []struct {
+		namespaces []string
+		allocs     float64
+	}{
+		{[]string{""}, 1},
+		{[]string{"a", "b"}, 2},
+	} {
+		b, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
+		require.NoError(t, err)
+		v, err := RegisterValue(b, ValueDescriptor[int64]{Name: "v"})
+		require.NoError(t, err)
+		keys := make([]string, 10)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%d", i)
+			for _, ns := range tc.namespaces {
+				v.Put(keys[i], ns, 1)
+			}
+		}
+		snap, err := b.Snapshot()
+		require.NoError(t, err)
+		v.Put(keys[0], tc.namespaces[0], 2) // copies the key group's map
+		next := 1
+		got := testing.AllocsPerRun(3, func() {
+			v.Put(keys[next], tc.namespaces[0], 2)
+			next++
+		})
+		require.Equal(t, tc.allocs, got, "namespaces %q", tc.namespaces)
+
+		restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
+		require.NoError(t, err)
+		var blobs [][]byte
+		require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
+			blobs = append(blobs, blob)
+			return nil
+		}))
+		require.NoError(t, restored.Restore(blobs...))
+		rv, err := RegisterValue(restored, ValueDescriptor[int64]{Name: "v"})
+		require.NoError(t, err)
+		for _, k := range keys {
+			for _, ns := range tc.namespaces {
+				got, ok := rv.Get(k, ns)
+				require.True(t, ok)
+				require.Equal(t, int64(1), got, "%s/%s: the snapshot's value", k, ns)
+			}
+		}
+	}
+}
