@@ -495,7 +495,18 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 	return a.row.AppendCBOR(dst)
 }
 
-var _ statestore.CBORAppender = (*aggRow)(nil)
+// Prefetch reads what AppendCBOR will (statestore.Prefetcher).
+func (a *aggRow) Prefetch() uint64 {
+	if a.row == nil {
+		return uint64(len(a.raw))
+	}
+	return a.row.Prefetch()
+}
+
+var (
+	_ statestore.CBORAppender = (*aggRow)(nil)
+	_ statestore.Prefetcher   = (*aggRow)(nil)
+)
 
 // UnmarshalCBOR keeps a restored row's encoding; the operator decodes it
 // against its specs on first use.

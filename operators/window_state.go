@@ -124,6 +124,16 @@ func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
 	return statestore.AppendCBORInt(dst, b.maxTime), nil
 }
 
+// Prefetch reads what AppendCBOR will (statestore.Prefetcher).
+func (b *accBox) Prefetch() uint64 {
+	if b.row != nil {
+		return b.row.Prefetch()
+	}
+	return uint64(len(b.raw))
+}
+
+var _ statestore.Prefetcher = (*accBox)(nil)
+
 // UnmarshalCBOR keeps the row's encoding for windowOp.rowOf.
 func (b *accBox) UnmarshalCBOR(data []byte) error {
 	var w boxWire

@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,4 +59,33 @@ func TestCopyOnWriteAllocations(t *testing.T) {
 			}
 		}
 	}
+}
+
+// prefetched is a state value that counts the Prefetch calls of encoders.
+type prefetched struct{ calls *int }
+
+func (p *prefetched) Prefetch() uint64 { *p.calls++; return 1 }
+func (p *prefetched) MarshalCBOR() ([]byte, error) {
+	return p.AppendCBOR(nil)
+}
+func (p *prefetched) AppendCBOR(dst []byte) ([]byte, error) { return append(dst, 0x01), nil }
+func (p *prefetched) UnmarshalCBOR([]byte) error            { return nil }
+
+// TestEncoderPrefetches: a snapshot's encoder calls Prefetch once for every
+// key whose value implements Prefetcher, batch by batch, before encoding it.
+func TestEncoderPrefetches(t *testing.T) {
+	b, err := NewMemory(Options{KeyGroup: func(k string) int { return int(k[len(k)-1]) % 3 }, KeyGroups: [2]int{0, 3}})
+	require.NoError(t, err)
+	v, err := RegisterValue(b, ValueDescriptor[*prefetched]{Name: "v"})
+	require.NoError(t, err)
+	calls := 0
+	const keys = 3*prefetchBatch + 5
+	for i := range keys {
+		v.Put(fmt.Sprintf("k%03d", i), "", &prefetched{calls: &calls})
+	}
+	snap, err := b.Snapshot()
+	require.NoError(t, err)
+	_, err = snap.WriteTo(io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, keys, calls)
 }

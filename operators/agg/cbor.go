@@ -133,6 +133,22 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 	return b, nil
 }
 
+// Prefetch reads the memory that AppendCBOR will read behind the row's
+// pointers, the held strings' bytes, and returns a value made of it (see
+// statestore.Prefetcher): a cache line in every 64 bytes, loads that do not
+// depend on each other.
+func (r *Row) Prefetch() uint64 {
+	var x uint64
+	for i := range r.accs {
+		if s, ok := r.accs[i].v.(string); ok {
+			for j := 0; j < len(s); j += 64 {
+				x += uint64(s[j])
+			}
+		}
+	}
+	return x
+}
+
 func appendFloat(b []byte, f float64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, majOther<<5|27), math.Float64bits(f))
 }

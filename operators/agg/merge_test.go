@@ -228,3 +228,15 @@ func TestAccsWithOneObject(t *testing.T) {
 		}), "%d aggregates: CloneWith", n)
 	}
 }
+
+// TestPrefetch: Prefetch reads a byte in every 64 of the strings a row
+// holds, and nothing else.
+func TestPrefetch(t *testing.T) {
+	specs := mustSpecs(t, "n: count()\nl: last(s)\nf: first(x)")
+	r := NewAccs(specs)
+	require.Equal(t, uint64(0), r.Prefetch())
+	var vm pipeline.VM
+	s := strings.Repeat("\x01", 130) // bytes 0, 64 and 128 are read
+	require.NoError(t, r.Add(&vm, rec{"s": s, "x": 5}))
+	require.Equal(t, uint64(3), r.Prefetch())
+}
