@@ -497,6 +497,9 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 
 // Prefetch reads what AppendCBOR will (statestore.Prefetcher).
 func (a *aggRow) Prefetch() uint64 {
+	if a == nil {
+		return 0
+	}
 	if a.row == nil {
 		return uint64(len(a.raw))
 	}

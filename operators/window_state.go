@@ -126,6 +126,9 @@ func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
 
 // Prefetch reads what AppendCBOR will (statestore.Prefetcher).
 func (b *accBox) Prefetch() uint64 {
+	if b == nil {
+		return 0
+	}
 	if b.row != nil {
 		return b.row.Prefetch()
 	}

@@ -31,3 +31,10 @@ func TestAccBoxEncoding(t *testing.T) {
 		require.Equal(t, []byte(raw), []byte(back.raw))
 	}
 }
+
+// TestPrefetchNil: the snapshot encoder calls Prefetch on nil values too.
+func TestPrefetchNil(t *testing.T) {
+	require.Zero(t, (*accBox)(nil).Prefetch())
+	require.Zero(t, (*aggRow)(nil).Prefetch())
+	require.Equal(t, uint64(3), (&accBox{raw: []byte{1, 2, 3}}).Prefetch())
+}

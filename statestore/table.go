@@ -67,6 +67,11 @@ func (e *keyEntry[S]) find(ns string) int {
 
 func (e *keyEntry[S]) add(ns string) int {
 	e.items = append(e.items, slot[S]{ns: ns})
+	if len(e.items) == 2 {
+		// The slots may just have moved out of e.one: it must not keep
+		// the first slot's value alive.
+		e.one[0] = slot[S]{}
+	}
 	i := len(e.items) - 1
 	if e.idx != nil {
 		e.idx[ns] = int32(i)
@@ -561,20 +566,20 @@ const prefetchBatch = 16
 // before it encodes them: the reads of different entries do not depend on
 // each other, so the processor overlaps their cache misses, which the
 // encoding would otherwise wait for one after the other. It runs where
-// AppendCBOR does. Implement it on pointer types: the encoder converts each
-// value to the interface, which allocates for other types.
+// AppendCBOR does, and on nil values too. Implement it on pointer types:
+// the encoder converts each value to the interface, which allocates for
+// other types.
 type Prefetcher interface {
 	Prefetch() uint64
 }
 
-// touchEntries reads the entries of batch, their first slots and (with
-// prefetch) what their values' Prefetch reads, and returns a value made of
-// the reads.
+// touchEntries reads the entries of batch (with their first slot, when it
+// is e.one) and, with prefetch, what their first values' Prefetch reads, and
+// returns a value made of the reads.
 func touchEntries[S any](batch []keyedEntry[S], prefetch bool) uint64 {
 	var x uint64
 	for i := range batch {
-		e := batch[i].e
-		x += uint64(len(e.items)) + uint64(len(batch[i].key))
+		x += uint64(len(batch[i].e.items))
 	}
 	if !prefetch {
 		return x

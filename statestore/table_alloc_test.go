@@ -64,7 +64,13 @@ func TestCopyOnWriteAllocations(t *testing.T) {
 // prefetched is a state value that counts the Prefetch calls of encoders.
 type prefetched struct{ calls *int }
 
-func (p *prefetched) Prefetch() uint64 { *p.calls++; return 1 }
+func (p *prefetched) Prefetch() uint64 {
+	if p == nil {
+		return 0
+	}
+	*p.calls++
+	return 1
+}
 func (p *prefetched) MarshalCBOR() ([]byte, error) {
 	return p.AppendCBOR(nil)
 }
@@ -83,9 +89,24 @@ func TestEncoderPrefetches(t *testing.T) {
 	for i := range keys {
 		v.Put(fmt.Sprintf("k%03d", i), "", &prefetched{calls: &calls})
 	}
+	v.Put("nil", "", nil) // encoded as null; Prefetch gets a nil receiver
 	snap, err := b.Snapshot()
 	require.NoError(t, err)
 	_, err = snap.WriteTo(io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, keys, calls)
+}
+
+// TestEntryMovesOutOfOne: a second namespace moves the slots to an array of
+// their own, and the entry's inline slot keeps nothing alive.
+func TestEntryMovesOutOfOne(t *testing.T) {
+	a, b := 1, 2
+	e := newKeyEntry[*int](1)
+	e.items[e.add("a")].v = &a
+	require.Same(t, &e.one[0], &e.items[0])
+	e.items[e.add("b")].v = &b
+	require.NotSame(t, &e.one[0], &e.items[0])
+	require.Nil(t, e.one[0].v)
+	require.Same(t, &a, e.items[e.find("a")].v)
+	require.Same(t, &b, e.items[e.find("b")].v)
 }

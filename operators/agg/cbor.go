@@ -216,7 +216,7 @@ func (r *Row) UnmarshalCBOR(data []byte) error {
 		return fmt.Errorf("decode aggregate state: %w", d.err)
 	}
 	r.rows = rows
-	copy(r.accs, accs) // r.accs may share r's allocation (allocRow)
+	copy(r.accs, accs) // r.accs may share r's allocation (allocWith)
 	return nil
 }
 
