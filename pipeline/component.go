@@ -100,7 +100,9 @@ type SourceContext struct {
 	// RestoredAll holds the positions of every subtask of the restored
 	// checkpoint, by the subtask index they had, when the source config is
 	// Rescalable and the checkpoint was taken at another parallelism: the
-	// source takes from them what it owns now (Kafka: its partitions).
+	// source takes from them what it owns now (Kafka: its partitions). The
+	// entry of a subtask that had no position yet (it was checkpointed
+	// before it read anything) is nil, as Restored is then.
 	RestoredAll [][]byte
 	// Position may be set by Open to the position the source starts from
 	// when that is not Restored (a rescaled restore, or the offsets a fresh

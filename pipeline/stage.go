@@ -187,6 +187,13 @@ func (s *stage) sourceContext() (*SourceContext, error) {
 	if err != nil || len(parts) == 0 {
 		return sc, err
 	}
+	// A subtask checkpointed before it had a position (it had read nothing
+	// yet) stored an empty one: the source gets nil, a fresh start.
+	for sub, b := range parts {
+		if len(b) == 0 {
+			parts[sub] = nil
+		}
+	}
 	if len(parts) != s.info.Parallelism {
 		if r, ok := s.node.Source.Config.(Rescalable); ok && r.Rescalable() {
 			sc.RestoredAll = make([][]byte, 0, len(parts))

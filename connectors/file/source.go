@@ -198,11 +198,17 @@ func (s *source) restore(pos []Position, owner func(j int) int) {
 func (s *source) restoreRescaled(all [][]byte, names []string) error {
 	pos := make([]Position, 0, len(all))
 	for _, b := range all {
+		if b == nil {
+			continue // a subtask that had read nothing: its files start fresh
+		}
 		p, err := DecodePosition(b)
 		if err != nil {
 			return err
 		}
 		pos = append(pos, p)
+	}
+	if len(pos) == 0 {
+		return nil // no subtask had read anything
 	}
 	if s.cfg.Follow {
 		// Every file read is listed, by name: files may come and go

@@ -79,7 +79,9 @@ func TestSourceRescale(t *testing.T) {
 		t.Run(fmt.Sprint(ps), func(t *testing.T) {
 			cfg, want := rescaleFiles(t, t.TempDir())
 			var got []string
-			var positions [][]byte // of the last run, by subtask, nil ones left out
+			// positions of the last run, by subtask: nil for one that read
+			// nothing, as the runtime hands them over.
+			var positions [][]byte
 			for run, p := range ps {
 				last := run == len(ps)-1
 				var next [][]byte
@@ -89,12 +91,8 @@ func TestSourceRescale(t *testing.T) {
 					if run == 0 {
 						src = conntest.OpenSource(t, cfg, k, p, nil)
 					} else {
-						// No positions (nothing was read): a fresh start,
-						// as the runtime makes it.
 						src, start = openAt(t, cfg, k, p, positions)
-						if len(positions) > 0 {
-							require.NotNil(t, start, "Open sets the restored position")
-						}
+						require.NotNil(t, start, "Open sets the restored position")
 					}
 					n := -1
 					if !last {
@@ -102,9 +100,7 @@ func TestSourceRescale(t *testing.T) {
 					}
 					lines, pos := readBatches(t, src, n, start)
 					got = append(got, lines...)
-					if pos != nil {
-						next = append(next, pos)
-					}
+					next = append(next, pos)
 				}
 				positions = next
 			}
