@@ -23,10 +23,10 @@
 // (no final checkpoint, no window firing). Per backend the runs alternate
 // none, interval 10s, interval 1s (-intervals), -runs times; the best
 // throughput of each is reported with the loss against the best none, and
-// the mean of each round's loss against that round's none with its 95%
-// confidence interval (Student's t): with GC percent 400 the throughput
-// swings with the collector's cycles (several seconds each), so single
-// runs differ by 20% and more.
+// the median and the mean of each round's loss against that round's none,
+// the mean with its 95% confidence interval (Student's t): with GC percent
+// 400 the throughput swings with the collector's cycles (several seconds
+// each), so single runs differ by 20% and more.
 //
 // Checkpoints are written to the real bbolt checkpoint store in a temporary
 // directory (-dir). The store and the acks are instrumented: for every
@@ -797,7 +797,7 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 			}
 			if len(ratios) > 1 {
 				mean, half := stats.MeanCI(ratios)
-				loss += fmt.Sprintf("; mean of the rounds' losses %5.1f%% ± %.1f%%", 100*(1-mean), 100*half)
+				loss += fmt.Sprintf("; rounds' losses: median %5.1f%%, mean %5.1f%% ± %.1f%%", 100*(1-stats.Median(ratios)), 100*(1-mean), 100*half)
 			}
 		}
 		fmt.Fprintf(&b, "%-5s %10.0f records/s%s\n", m.name, best[m.name], loss)
