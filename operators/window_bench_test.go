@@ -12,13 +12,12 @@ import (
 	"github.com/eddy-stream/eddy/statestore"
 )
 
-// benchWindow drives the window operator of step (a key_by on id with
-// window keys) directly: batches of 1024 records of 10,000 keys, perKeySec
-// records per key and second of event time in order, a watermark after
-// every batch (bounded out-of-orderness 1s). It reports events/s.
-func benchWindow(b *testing.B, window string, perKeySec int) {
-	const keys = 10000
-	spec, err := loadSteps(stepYAML("key_by: id\n    " + window + "\n    aggregate:\n      n: count()\n      avg_v: avg(v)"))
+// openWindowBench opens the operator of step body as subtask 0 of 1 (max
+// parallelism 128) on a memory backend, which it returns too; the
+// operator is closed when the benchmark ends.
+func openWindowBench(b *testing.B, body string) (pipeline.Operator, *statestore.Memory) {
+	b.Helper()
+	spec, err := loadSteps(stepYAML(body))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +36,17 @@ func benchWindow(b *testing.B, window string, perKeySec int) {
 	if err := op.Open(context.Background(), oc); err != nil {
 		b.Fatal(err)
 	}
-	defer op.Close()
+	b.Cleanup(func() { _ = op.Close() })
+	return op, backend
+}
+
+// benchWindow drives the window operator of step (a key_by on id with
+// window keys) directly: batches of 1024 records of 10,000 keys, perKeySec
+// records per key and second of event time in order, a watermark after
+// every batch (bounded out-of-orderness 1s). It reports events/s.
+func benchWindow(b *testing.B, window string, perKeySec int) {
+	const keys = 10000
+	op, _ := openWindowBench(b, "key_by: id\n    "+window+"\n    aggregate:\n      n: count()\n      avg_v: avg(v)")
 	wmh := op.(pipeline.WatermarkHandler)
 	// One record per key, reused: the operator only reads their fields.
 	pristine := make([]pipeline.Record, keys)

@@ -1,16 +1,13 @@
 package operators
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // BenchmarkWindowCheckpointState measures what a checkpoint costs the
@@ -31,26 +28,7 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 	if os.Getenv("EDDY_BENCH_LARGE") != "" {
 		keys = 1_000_000
 	}
-	spec, err := loadSteps(stepYAML("key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	op, err := spec.Steps[0].Config.NewOperator()
-	if err != nil {
-		b.Fatal(err)
-	}
-	info := pipeline.SubtaskInfo{ID: "s", Parallelism: 1, MaxParallelism: 128, Logger: slog.Default(), Metrics: pipeline.NewMetrics()}
-	backend, err := statestore.NewMemory(statestore.Options{
-		KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	oc := &pipeline.OperatorContext{SubtaskInfo: info, KeyedState: func() (statestore.Backend, error) { return backend, nil }}
-	if err := op.Open(context.Background(), oc); err != nil {
-		b.Fatal(err)
-	}
-	defer op.Close()
+	op, backend := openWindowBench(b, "key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)")
 	// Two records per key with distinct payloads, alternated: each update
 	// replaces the payload the key holds.
 	filler := strings.Repeat("x", 1000)
