@@ -223,11 +223,17 @@ func TestWriteAheadHoldsRecordsUntilComplete(t *testing.T) {
 	var mu sync.Mutex
 	positions := map[int64]int{} // the source's next n at each barrier
 	onAck := func(a pipeline.Ack) {
-		if p, ok := a.Positions["nums"]; ok {
-			mu.Lock()
-			positions[a.Checkpoint] = int(binary.BigEndian.Uint64(p))
-			mu.Unlock()
+		p, ok := a.Positions["nums"]
+		if !ok {
+			return
 		}
+		next := 0 // a barrier before the first read: no position yet
+		if len(p) > 0 {
+			next = int(binary.BigEndian.Uint64(p))
+		}
+		mu.Lock()
+		positions[a.Checkpoint] = next
+		mu.Unlock()
 	}
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: t.TempDir(), OnAck: onAck})
 	require.NoError(t, err)
