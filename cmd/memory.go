@@ -31,7 +31,8 @@ const (
 
 // TuneMemory applies the GC settings of `eddy run` and logs them:
 // gcPercent unless GOGC is set, and DefaultMemoryLimit unless GOMEMLIMIT
-// is set. Benchmarks that run pipelines in-process call it too, so that
+// is set; it also logs how freed memory goes back to the kernel
+// (ReleaseMemoryLazily). Benchmarks that run pipelines in-process call it too, so that
 // they measure what eddy does.
 func TuneMemory(logger *slog.Logger, gcPercent int) {
 	if _, set := os.LookupEnv("GOGC"); !set && gcPercent > 0 {
@@ -43,6 +44,9 @@ func TuneMemory(logger *slog.Logger, gcPercent int) {
 			debug.SetMemoryLimit(limit)
 			logger.Debug("soft memory limit set", "bytes", limit)
 		}
+	}
+	if adv := ReleaseAdvice(); adv != "" {
+		logger.Debug("freed memory goes back to the kernel", "madvise", adv)
 	}
 }
 

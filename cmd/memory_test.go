@@ -53,3 +53,36 @@ func TestReadMemoryFiles(t *testing.T) {
 	_, ok = readCgroupLimit(write("memory.max-none", "max\n"))
 	require.False(t, ok)
 }
+
+func TestLazyReleaseEnv(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     []string
+		want    []string
+		changed bool
+	}{
+		{"no GODEBUG", []string{"A=1"}, []string{"A=1", "GODEBUG=madvdontneed=0"}, true},
+		{"empty GODEBUG", []string{"GODEBUG=", "A=1"}, []string{"GODEBUG=madvdontneed=0", "A=1"}, true},
+		{"other settings kept", []string{"GODEBUG=gctrace=1"}, []string{"GODEBUG=gctrace=1,madvdontneed=0"}, true},
+		{"the user's choice wins", []string{"GODEBUG=madvdontneed=1"}, []string{"GODEBUG=madvdontneed=1"}, false},
+		{"set among others", []string{"GODEBUG=gctrace=1,madvdontneed=0"}, []string{"GODEBUG=gctrace=1,madvdontneed=0"}, false},
+		{"a longer name is another setting", []string{"GODEBUG=xmadvdontneed=1"}, []string{"GODEBUG=xmadvdontneed=1,madvdontneed=0"}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := append([]string(nil), c.env...)
+			got, changed := lazyReleaseEnv(in)
+			require.Equal(t, c.changed, changed)
+			require.Equal(t, c.want, got)
+			require.Equal(t, c.env, in, "the environment passed in is not modified")
+		})
+	}
+}
+
+func TestGodebugSetting(t *testing.T) {
+	v, ok := godebugSetting("madvdontneed=1,gctrace=1,madvdontneed=0", "madvdontneed")
+	require.True(t, ok)
+	require.Equal(t, "0", v, "the last one wins, as in the runtime")
+	_, ok = godebugSetting("gctrace=1,madvdontneed", "madvdontneed")
+	require.False(t, ok, "a name without a value sets nothing")
+}

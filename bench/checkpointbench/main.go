@@ -112,6 +112,7 @@ const (
 )
 
 func main() {
+	cmd.ReleaseMemoryLazily() // as `eddy run`: re-executes with GODEBUG madvdontneed=0
 	flag.Parse()
 	log.SetFlags(0)
 	if *stateMB <= 0 || *valueBytes <= 0 || *runs <= 0 || *parallelism <= 0 || *duration <= 0 {
@@ -162,7 +163,11 @@ func main() {
 	}
 	gc := debug.SetGCPercent(-1)
 	debug.SetGCPercent(gc)
-	fmt.Printf("checkpoints: exactly_once, max_concurrent 1, retain 2, to bbolt on disk; Go GC percent %d, memory limit %s\n", gc, limit)
+	fmt.Printf("checkpoints: exactly_once, max_concurrent 1, retain 2, to bbolt on disk; Go GC percent %d, memory limit %s", gc, limit)
+	if adv := cmd.ReleaseAdvice(); adv != "" {
+		fmt.Printf(", freed memory returned with %s", adv)
+	}
+	fmt.Println()
 	fmt.Printf("each run: warm-up until every key has state, then %s measured; %d round(s) of %s per backend\n\n",
 		*duration, *runs, strings.Join(modeNames(modes), ", "))
 	begin := time.Now()
@@ -275,17 +280,20 @@ type bench struct {
 
 // runResult is one run's measurement.
 type runResult struct {
-	dir         string
-	warmup      time.Duration
-	rate        float64 // records/s in the measured window
-	cpuPerRec   float64 // process CPU (user and system) per record in the window, µs
-	checkpoints []ckpt  // completed inside the window
-	failed      int
-	peakMem     uint64
+	dir          string
+	warmup       time.Duration
+	rate         float64 // records/s in the measured window
+	cpuPerRec    float64 // process CPU (user and system) per record in the window, µs
+	sysShare     float64 // the system part of that CPU
+	faultsPerRec float64 // minor page faults per record in the window
+	checkpoints  []ckpt  // completed inside the window
+	failed       int
+	peakMem      uint64
 }
 
 func (r runResult) line(backend, mode string, round int) string {
-	s := fmt.Sprintf("%-6s %-4s run %d: warm-up %6s, %9.0f records/s, %.2f µs CPU/record", backend, mode, round, r.warmup.Round(100*time.Millisecond), r.rate, r.cpuPerRec)
+	s := fmt.Sprintf("%-6s %-4s run %d: warm-up %6s, %9.0f records/s, %.2f µs CPU/record (system %.0f%%, %.3f page faults/record)",
+		backend, mode, round, r.warmup.Round(100*time.Millisecond), r.rate, r.cpuPerRec, 100*r.sysShare, r.faultsPerRec)
 	if len(r.checkpoints) > 0 {
 		var ds []time.Duration
 		var size int64
@@ -343,7 +351,7 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	t0, c0, cpu0 := time.Now(), in(), cputime.Process()
+	t0, c0, use0 := time.Now(), in(), cputime.ProcessUsage()
 	res.warmup = t0.Sub(start)
 	var prof *os.File
 	if profile && *cpuProfile != "" {
@@ -373,7 +381,7 @@ wait:
 			break wait
 		}
 	}
-	t1, c1, cpu1 := time.Now(), in(), cputime.Process()
+	t1, c1, use := time.Now(), in(), cputime.ProcessUsage().Sub(use0)
 	if prof != nil {
 		pprof.StopCPUProfile()
 		_ = prof.Close()
@@ -384,7 +392,9 @@ wait:
 		}
 	}
 	res.rate = (c1 - c0) / t1.Sub(t0).Seconds()
-	res.cpuPerRec = float64((cpu1 - cpu0).Microseconds()) / (c1 - c0)
+	res.cpuPerRec = float64(use.CPU.Microseconds()) / (c1 - c0)
+	res.sysShare = use.System.Seconds() / use.CPU.Seconds()
+	res.faultsPerRec = float64(use.MinorFaults) / (c1 - c0)
 	// Let the checkpoints triggered in the window complete (not measured).
 	for deadline := time.Now().Add(10 * time.Minute); rec.inFlight(t1) && time.Now().Before(deadline); {
 		select {

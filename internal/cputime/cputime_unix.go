@@ -12,12 +12,20 @@ import (
 
 // Process returns the CPU time (user and system) the process has used,
 // every goroutine and the garbage collector included.
-func Process() time.Duration {
+func Process() time.Duration { return ProcessUsage().CPU }
+
+// ProcessUsage returns the process's CPU time, its system part and its
+// minor page faults so far.
+func ProcessUsage() Usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return Usage{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return Usage{
+		CPU:         time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		System:      time.Duration(ru.Stime.Nano()),
+		MinorFaults: int64(ru.Minflt),
+	}
 }
 
 // Machine returns the busy CPU time of the whole machine (every process
