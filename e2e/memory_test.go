@@ -3,6 +3,8 @@
 package e2e_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -14,20 +16,19 @@ import (
 
 // TestRunReleasesMemoryLazily: `eddy run` re-executes itself with GODEBUG
 // madvdontneed=0 (freed heap goes back with MADV_FREE), and runs the
-// pipeline as asked, its arguments intact; a GODEBUG that sets
-// madvdontneed already is left alone. The runtime's choice shows in the
-// debug log, which the re-executed process writes from its own GODEBUG.
+// pipeline as asked, its arguments and standard input intact; a GODEBUG
+// that sets madvdontneed already is left alone. The runtime's choice shows
+// in the debug log, which the re-executed process writes from its own
+// GODEBUG.
 func TestRunReleasesMemoryLazily(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(`version: 1
 name: lazy
 sources:
-  - id: gen
-    type: generator
-    count: 3
-    fields:
-      i: i
+  - id: in
+    type: stdin
+    format: text
 sinks:
   - id: out
     type: stdout
@@ -40,9 +41,23 @@ sinks:
 	} {
 		t.Run("GODEBUG="+tc.godebug, func(t *testing.T) {
 			env := map[string]string{"GODEBUG": tc.godebug, "EDDY_STATE_DIR": t.TempDir()}
-			r := eddy(t, dir, env, "run", "--log-level", "debug", "--log-format", "json", file)
+			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+			defer cancel()
+			c := eddyCommand(ctx, dir, env, "run", "--log-level", "debug", "--log-format", "json", file)
+			c.Stdin = strings.NewReader("first\nsecond\nthird\n")
+			var stdout, stderr bytes.Buffer
+			c.Stdout, c.Stderr = &stdout, &stderr
+			err := c.Run()
+			require.NoError(t, ctx.Err(), "eddy did not end; stderr:\n%s", stderr.String())
+			r := result{code: exitCode(t, err), stdout: stdout.String(), stderr: stderr.String()}
 			require.Equal(t, 0, r.code, r.stderr)
-			require.Equal(t, 3, strings.Count(r.stdout, "\n"), "the pipeline ran once, to its end:\n%s", r.stdout)
+			var lines []string
+			for line := range strings.Lines(r.stdout) {
+				var rec struct{ Line string }
+				require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+				lines = append(lines, rec.Line)
+			}
+			require.Equal(t, []string{"first", "second", "third"}, lines, "standard input read once, whole")
 			var advice []string
 			for line := range strings.Lines(r.stderr) {
 				var e struct {
