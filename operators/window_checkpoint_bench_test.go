@@ -17,8 +17,10 @@ import (
 //   - encode: Snapshot and WriteTo to io.Discard (the asynchronous part);
 //   - update-after-snapshot: one record per key right after a snapshot,
 //     so that every update copies its entry first (copy-on-write);
+//   - update-after-release: the same after the snapshot was encoded and
+//     released: nothing is copied any more;
 //   - update: one record per key without snapshots (the baseline of the
-//     previous one).
+//     previous ones).
 //
 // 200,000 keys (about 200 MiB); EDDY_BENCH_LARGE=1: 1,000,000 (1 GiB).
 //
@@ -84,6 +86,22 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 			b.StopTimer()
 			s.Release()
 			b.StartTimer()
+		}
+		perKey(b)
+	})
+	b.Run("update-after-release", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			s, err := backend.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.WriteTo(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			s.Release()
+			b.StartTimer()
+			updateAll()
 		}
 		perKey(b)
 	})

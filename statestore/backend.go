@@ -189,6 +189,9 @@ type Snapshot interface {
 	// WriteTo writes every blob of EncodeGroups back to back; ReadBlobs
 	// splits such a stream again.
 	WriteTo(w io.Writer) (int64, error)
-	// Release frees what the snapshot holds. The snapshot is unusable after.
+	// Release frees what the snapshot holds, and lets the backend write in
+	// place what only the snapshot shared (the memory backend's writes stop
+	// copying). The snapshot is unusable after; calling Release again does
+	// nothing.
 	Release()
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 )
 
 // Memory is the heap state backend: state lives in Go maps, snapshots are
@@ -18,6 +20,15 @@ type Memory struct {
 	gen    uint64 // bumped by Snapshot; see table.go
 	err    error  // sticky
 	closed bool
+
+	// live counts the snapshots not released yet by the generation they
+	// froze; shared is one more than the highest of those (0: none): groups
+	// and entries of a lower generation may be read by a live snapshot, and
+	// a write copies them first. Snapshots are released on the goroutine
+	// that encodes them, while the task writes.
+	liveMu sync.Mutex
+	live   map[uint64]int
+	shared atomic.Uint64
 
 	states   map[string]registered
 	pending  map[string]*pendingState
@@ -215,7 +226,7 @@ func (m *Memory) Snapshot() (Snapshot, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	s := &memSnapshot{start: m.start, end: m.end, now: m.clock()}
+	s := &memSnapshot{start: m.start, end: m.end, now: m.clock(), m: m, gen: m.gen}
 	for _, r := range m.states {
 		s.states = append(s.states, r.tbl.freeze())
 	}
@@ -229,8 +240,33 @@ func (m *Memory) Snapshot() (Snapshot, error) {
 		}
 	}
 	slices.SortFunc(s.timers, func(a, b frozenTimers) int { return cmpString(a.name, b.name) })
+	m.liveMu.Lock()
+	if m.live == nil {
+		m.live = map[uint64]int{}
+	}
+	m.live[m.gen]++
+	m.shared.Store(max(m.shared.Load(), m.gen+1))
+	m.liveMu.Unlock()
 	m.gen++
 	return s, nil
+}
+
+// released forgets a snapshot of generation gen: once no live snapshot
+// shares a generation, writes change its groups and entries in place
+// (Flink's CopyOnWriteStateMap does the same with its highest required
+// snapshot version). The snapshot's reads happen before, on this
+// goroutine; the task sees them done through shared.
+func (m *Memory) released(gen uint64) {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if m.live[gen]--; m.live[gen] == 0 {
+		delete(m.live, gen)
+	}
+	var shared uint64
+	for g := range m.live {
+		shared = max(shared, g+1)
+	}
+	m.shared.Store(shared)
 }
 
 func cmpString(a, b string) int {
@@ -375,11 +411,24 @@ type memSnapshot struct {
 	now        int64 // TTL reference: entries expired at capture are left out
 	states     []frozenState
 	timers     []frozenTimers
+	// m took the snapshot at generation gen and is told of its Release;
+	// nil for the bbolt backend's snapshots, which encode with this type.
+	m        *Memory
+	gen      uint64
+	released atomic.Bool
 }
 
 func (s *memSnapshot) KeyGroupRange() (start, end int) { return s.start, s.end }
 
-func (s *memSnapshot) Release() { s.states, s.timers = nil, nil }
+func (s *memSnapshot) Release() {
+	if s.released.Swap(true) {
+		return
+	}
+	s.states, s.timers = nil, nil
+	if s.m != nil {
+		s.m.released(s.gen)
+	}
+}
 
 // blobWriter appends the blobs of a memSnapshot, in key-group order.
 type blobWriter struct {

@@ -122,7 +122,9 @@ func TestSnapshotIsolation(t *testing.T) {
 
 func TestSnapshotConcurrentWithMutation(t *testing.T) {
 	// Run with -race: encoding runs on another goroutine while the task
-	// goroutine keeps writing, reading (TTL restarts on read) and firing.
+	// goroutine keeps writing, reading (TTL restarts on read) and firing;
+	// the snapshot is released there as soon as it is encoded, from when on
+	// the memory backend writes in place what only it shared.
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
 		f := registerAll(t, b)
@@ -143,6 +145,7 @@ func TestSnapshotConcurrentWithMutation(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, werr = s.WriteTo(&buf)
+				s.Release()
 			}()
 			for i := range 3000 {
 				k := ks[(i*7+round)%len(ks)]

@@ -19,8 +19,9 @@ import (
 // a write first copies the group (a shallow copy of its map) and then the
 // entry (its slots, values copied with the descriptor's Copy function), so
 // the snapshot can be encoded on another goroutine while the task writes.
-// Reads never copy. The invariant: an object whose gen differs from the
-// backend's is never written.
+// Once the snapshot is released, what only it shared is written in place
+// again. Reads never copy. The invariant: an object whose gen is below the
+// backend's shared (that of a live snapshot, plus one) is never written.
 
 // nsIndexThreshold is the number of namespaces of one key above which the
 // entry gets a map from namespace to slot.
@@ -211,7 +212,7 @@ func (t *table[S]) lookup(key, ns string) *slot[S] {
 // a snapshot shares them. With create it creates the entry; without, it
 // returns nil when the key has none.
 func (t *table[S]) writable(gi int, key string, create bool) (*group[S], *keyEntry[S]) {
-	gen := t.m.gen
+	gen, shared := t.m.gen, t.m.shared.Load()
 	g := t.groups[gi]
 	var e *keyEntry[S]
 	if g != nil {
@@ -223,14 +224,14 @@ func (t *table[S]) writable(gi int, key string, create bool) (*group[S], *keyEnt
 	if g == nil {
 		g = &group[S]{gen: gen, m: make(map[string]*keyEntry[S])}
 		t.groups[gi] = g
-	} else if g.gen != gen {
+	} else if g.gen < shared {
 		g = &group[S]{gen: gen, m: maps.Clone(g.m)}
 		t.groups[gi] = g
 	}
 	if e == nil {
 		e = newKeyEntry[S](gen)
 		g.m[key] = e
-	} else if e.gen != gen {
+	} else if e.gen < shared {
 		e = e.clone(gen, t.fn.copy)
 		g.m[key] = e
 	}

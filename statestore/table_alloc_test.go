@@ -61,6 +61,80 @@ func TestCopyOnWriteAllocations(t *testing.T) {
 	}
 }
 
+// TestReleasedSnapshotStopsCopying: writes copy what a live snapshot
+// shares and nothing else. With two snapshots, releasing the newer (twice:
+// the second call does nothing) leaves the older one's values copied on
+// write and written in place what only the newer shared; the older one
+// still encodes the values it saw. Once it is released too, writes copy
+// nothing.
+func TestReleasedSnapshotStopsCopying(t *testing.T) {
+	b, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
+	require.NoError(t, err)
+	v, err := RegisterValue(b, ValueDescriptor[int64]{Name: "v"})
+	require.NoError(t, err)
+	keys := make([]string, 20)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		v.Put(keys[i], "", 1)
+	}
+	older, err := b.Snapshot()
+	require.NoError(t, err)
+	for _, k := range keys[:5] {
+		v.Put(k, "", 2) // copies the key group's map and k0 to k4
+	}
+	newer, err := b.Snapshot()
+	require.NoError(t, err)
+	newer.Release()
+	newer.Release()
+
+	next := 0
+	require.Equal(t, 0.0, testing.AllocsPerRun(3, func() {
+		v.Put(keys[next], "", 3)
+		next++
+	}), "k0 to k3 were copied after the older snapshot: only the released one shared them")
+	next = 5
+	require.Equal(t, 1.0, testing.AllocsPerRun(3, func() {
+		v.Put(keys[next], "", 3)
+		next++
+	}), "the older snapshot still shares the other keys")
+
+	restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
+	require.NoError(t, err)
+	var blobs [][]byte
+	require.NoError(t, older.EncodeGroups(func(_ int, blob []byte) error {
+		blobs = append(blobs, blob)
+		return nil
+	}))
+	require.NoError(t, restored.Restore(blobs...))
+	rv, err := RegisterValue(restored, ValueDescriptor[int64]{Name: "v"})
+	require.NoError(t, err)
+	for _, k := range keys {
+		got, ok := rv.Get(k, "")
+		require.True(t, ok)
+		require.Equal(t, int64(1), got, "%s: the older snapshot's value", k)
+	}
+
+	older.Release()
+	require.Equal(t, 0.0, testing.AllocsPerRun(3, func() {
+		v.Put(keys[next], "", 4)
+		next++
+	}), "no live snapshot: writes copy nothing")
+	for i, k := range keys {
+		want := int64(1)
+		switch {
+		case i < 4 || i >= 5 && i < 9:
+			want = 3
+		case i == 4:
+			want = 2
+		case i < next:
+			want = 4
+		}
+		got, ok := v.Get(k, "")
+		require.True(t, ok)
+		require.Equal(t, want, got, "%s: the live value", k)
+	}
+}
+
 // prefetched is a state value that counts the Prefetch calls of encoders.
 type prefetched struct{ calls *int }
 
