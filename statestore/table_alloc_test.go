@@ -41,16 +41,7 @@ func TestCopyOnWriteAllocations(t *testing.T) {
 		})
 		require.Equal(t, tc.allocs, got, "namespaces %q", tc.namespaces)
 
-		restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
-		require.NoError(t, err)
-		var blobs [][]byte
-		require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
-			blobs = append(blobs, blob)
-			return nil
-		}))
-		require.NoError(t, restored.Restore(blobs...))
-		rv, err := RegisterValue(restored, ValueDescriptor[int64]{Name: "v"})
-		require.NoError(t, err)
+		rv := restoreValues(t, snap)
 		for _, k := range keys {
 			for _, ns := range tc.namespaces {
 				got, ok := rv.Get(k, ns)
@@ -59,6 +50,23 @@ func TestCopyOnWriteAllocations(t *testing.T) {
 			}
 		}
 	}
+}
+
+// restoreValues restores snap, of a one-group memory backend with the
+// int64 value state "v", into a new one and returns its state "v".
+func restoreValues(t *testing.T, snap Snapshot) ValueState[int64] {
+	t.Helper()
+	restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
+	require.NoError(t, err)
+	var blobs [][]byte
+	require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
+		blobs = append(blobs, blob)
+		return nil
+	}))
+	require.NoError(t, restored.Restore(blobs...))
+	rv, err := RegisterValue(restored, ValueDescriptor[int64]{Name: "v"})
+	require.NoError(t, err)
+	return rv
 }
 
 // TestReleasedSnapshotStopsCopying: writes copy what a live snapshot
@@ -98,16 +106,7 @@ func TestReleasedSnapshotStopsCopying(t *testing.T) {
 		next++
 	}), "the older snapshot still shares the other keys")
 
-	restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
-	require.NoError(t, err)
-	var blobs [][]byte
-	require.NoError(t, older.EncodeGroups(func(_ int, blob []byte) error {
-		blobs = append(blobs, blob)
-		return nil
-	}))
-	require.NoError(t, restored.Restore(blobs...))
-	rv, err := RegisterValue(restored, ValueDescriptor[int64]{Name: "v"})
-	require.NoError(t, err)
+	rv := restoreValues(t, older)
 	for _, k := range keys {
 		got, ok := rv.Get(k, "")
 		require.True(t, ok)
