@@ -683,8 +683,8 @@ type filePosition struct {
 func decodePosition(typ string, b []byte) decoded {
 	switch typ {
 	case "generator":
-		if next, err := generator.DecodePosition(b); err == nil {
-			return decoded{Encoding: "generator", Value: map[string]int{"next": next}}
+		if pos, err := generator.DecodePosition(b); err == nil {
+			return decoded{Encoding: "generator", Value: pos}
 		}
 	case "file":
 		if pos, err := file.DecodePosition(b); err == nil {

@@ -497,7 +497,7 @@ func TestStateInspectGenerator(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Equal(t, id, strings.TrimSpace(string(must(json.Marshal(out.Checkpoint.ID)))))
 		require.Equal(t, []inspectSource{{ID: "numbers", Subtask: 0, Type: "generator",
-			Position: &decoded{Encoding: "generator", Value: map[string]any{"next": float64(100)}}}}, out.Sources)
+			Position: &decoded{Encoding: "generator", Value: map[string]any{"subtask": float64(0), "parallelism": float64(1), "next": float64(100)}}}}, out.Sources)
 		// n % 4 over 0..99: 25 of each.
 		totals := stepKeys(t, out, "totals", 128, 1)
 		require.Len(t, totals, 4)

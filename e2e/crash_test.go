@@ -228,16 +228,7 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 // file source (its positions rescale, the window step's keyed state stays
 // at 2): the committed windows are those of an uninterrupted run.
 func TestCrashRescaleFileSource(t *testing.T) {
-	kills := 6
-	if testing.Short() {
-		kills = 3
-	}
-	seed := *crashSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("crash seed %d (rerun with -crash.seed=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 200))
+	kills, rng := rescaleCrashSetup(t, 200)
 	n := windowRecords
 	if testing.Short() {
 		n /= 3
@@ -277,17 +268,7 @@ func TestCrashRescaleFileSource(t *testing.T) {
 	out := filepath.Join(work, "out")
 	crashEnv := env(out, filepath.Join(work, "state"))
 	pars := []string{"2"}
-	cr := crashLoopAt(t, work, crashEnv, file, kills, func() (int, time.Duration, string) {
-		// Called once an incarnation started: the next one runs the
-		// source at another parallelism.
-		next := strconv.Itoa(1 + rng.IntN(4))
-		for next == crashEnv["CRASH_SOURCE_PARALLELISM"] {
-			next = strconv.Itoa(1 + rng.IntN(4))
-		}
-		crashEnv["CRASH_SOURCE_PARALLELISM"] = next
-		pars = append(pars, next)
-		return killMoment(rng)
-	})
+	cr := crashLoopAt(t, work, crashEnv, file, kills, killRescaling(crashEnv, rng, &pars))
 	t.Logf("%d records, %d kills, source parallelism by incarnation %v, last completed checkpoint before the final run: %d; kill moments: %s",
 		n, cr.kills, pars[:cr.incarnations], cr.lastCompleted, strings.Join(cr.moments, ", "))
 	require.Positive(t, cr.kills, "the run ended before any kill")
@@ -297,6 +278,87 @@ func TestCrashRescaleFileSource(t *testing.T) {
 	requireSameLines(t, ref, got, "crashed, rescaled runs vs the uninterrupted run")
 	checkWindowsExact(t, ref, got)
 	require.Empty(t, committedLines(t, out+"-late"), "late records: a file was read again")
+}
+
+// TestCrashRescaleGenerator: a generator written straight to files,
+// killed at random moments, each restart with another parallelism of the
+// generator: its positions rescale (the new subtasks generate what none of
+// the old ones did), and the committed output holds every record once.
+func TestCrashRescaleGenerator(t *testing.T) {
+	kills, rng := rescaleCrashSetup(t, 300)
+	const n = 20_000
+	work := crashWorkDir(t)
+	file := filepath.Join(work, "generator.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`version: 1
+name: crash-generator
+checkpoint:
+  interval: 50ms
+  timeout: 30s
+  retain: 3
+sources:
+  - id: events
+    type: generator
+    parallelism: ${CRASH_SOURCE_PARALLELISM}
+    count: ${CRASH_COUNT}
+    rate: ${CRASH_RATE}
+    fields:
+      n: i
+sinks:
+  - id: out
+    type: file
+    path: ${CRASH_OUT}/
+    parallelism: 2
+`), 0o644))
+	out := filepath.Join(work, "out")
+	env := map[string]string{
+		"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": filepath.Join(work, "state"), "CRASH_OUT": out,
+		"CRASH_COUNT": strconv.Itoa(n), "CRASH_RATE": "8000", "CRASH_SOURCE_PARALLELISM": "2",
+	}
+	pars := []string{"2"}
+	cr := crashLoopAt(t, work, env, file, kills, killRescaling(env, rng, &pars))
+	t.Logf("%d records, %d kills, generator parallelism by incarnation %v; kill moments: %s",
+		n, cr.kills, pars[:cr.incarnations], strings.Join(cr.moments, ", "))
+	require.Positive(t, cr.kills, "the run ended before any kill")
+	want := make([]map[string]any, n)
+	for i := range want {
+		want[i] = map[string]any{"n": i}
+	}
+	got := committedLines(t, out)
+	requireNoHiddenParts(t, out)
+	cr.requireCommittedUnchanged(t, out)
+	requireSameLines(t, canonicalLines(t, want), got, "crashed, rescaled runs vs every record once")
+}
+
+// rescaleCrashSetup returns the kills of a rescaling crash test and its
+// random numbers (stream of -crash.seed), logging the seed for a rerun.
+func rescaleCrashSetup(t *testing.T, stream uint64) (int, *rand.Rand) {
+	t.Helper()
+	kills := 6
+	if testing.Short() {
+		kills = 3
+	}
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("crash seed %d (rerun with -crash.seed=%d)", seed, seed)
+	return kills, rand.New(rand.NewPCG(seed, stream))
+}
+
+// killRescaling draws the kill moments of crashLoopAt; called once an
+// incarnation started, it also sets the source parallelism of the next
+// one (env's CRASH_SOURCE_PARALLELISM) to another of 1 to 4, appended to
+// pars.
+func killRescaling(env map[string]string, rng *rand.Rand, pars *[]string) func() (int, time.Duration, string) {
+	return func() (int, time.Duration, string) {
+		next := strconv.Itoa(1 + rng.IntN(4))
+		for next == env["CRASH_SOURCE_PARALLELISM"] {
+			next = strconv.Itoa(1 + rng.IntN(4))
+		}
+		env["CRASH_SOURCE_PARALLELISM"] = next
+		*pars = append(*pars, next)
+		return killMoment(rng)
+	}
 }
 
 // crashWorkDir returns a temporary directory that is copied under

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"slices"
@@ -80,7 +81,7 @@ func TestSubtaskCounters(t *testing.T) {
 		got = append(got, f["i"])
 	}
 	require.Equal(t, []any{1, 4, 7}, got)
-	require.Equal(t, EncodePosition(10), conntest.LastPosition(batches))
+	require.Equal(t, EncodePosition(Position{Subtask: 1, Parallelism: 3, Next: 10}), conntest.LastPosition(batches))
 	require.Equal(t, 1, batches[0].Split)
 }
 
@@ -103,17 +104,29 @@ func TestRestoreContinuesExactly(t *testing.T) {
 	}
 }
 
-func TestRestoreAtOtherParallelism(t *testing.T) {
+// A version-1 position (8 bytes of the next counter) still restores at
+// the parallelism it was taken with; at another it is refused.
+func TestRestoreVersion1(t *testing.T) {
 	cfg := load(t, "count: 20\nfields:\n  i: i\n")
-	// Position 7 taken at some parallelism; subtask 1 of 3 continues at 7, subtask 0 at 9.
-	for _, tt := range []struct{ k, want int }{{0, 9}, {1, 7}, {2, 8}} {
-		b := conntest.ReadOnce(t, conntest.OpenSource(t, cfg, tt.k, 3, EncodePosition(7)), time.Second)
-		require.Equal(t, tt.want, b.Records[0].Fields["i"])
-	}
+	v1 := binary.BigEndian.AppendUint64(nil, 7)
+	b := conntest.ReadOnce(t, conntest.OpenSource(t, cfg, 1, 3, v1), time.Second)
+	require.Equal(t, []any{7, 10, 13, 16, 19}, ints(conntest.Fields([]conntest.Batch{b})))
+	require.Equal(t, EncodePosition(Position{Subtask: 1, Parallelism: 3, Next: 22}), b.Position)
+
 	src, err := cfg.NewSource()
 	require.NoError(t, err)
+	err = src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: conntest.Info("g", 0, 2), RestoredAll: [][]byte{v1, v1, v1}})
+	require.ErrorContains(t, err, "restore at the parallelism the checkpoint was taken with")
 	err = src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: conntest.Info("g", 0, 1), Restored: []byte{1, 2}})
-	require.ErrorContains(t, err, "generator position is 2 bytes, want 8")
+	require.ErrorContains(t, err, "generator position of 2 bytes is not one")
+}
+
+func ints(fields []map[string]any) []any {
+	var out []any
+	for _, f := range fields {
+		out = append(out, f["i"])
+	}
+	return out
 }
 
 func TestUnbounded(t *testing.T) {
