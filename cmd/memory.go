@@ -32,8 +32,8 @@ const (
 // TuneMemory applies the GC settings of `eddy run` and logs them:
 // gcPercent unless GOGC is set, and DefaultMemoryLimit unless GOMEMLIMIT
 // is set; it also logs how freed memory goes back to the kernel
-// (ReleaseMemoryLazily). Benchmarks that run pipelines in-process call it too, so that
-// they measure what eddy does.
+// (ReleaseMemoryLazily). Benchmarks that run pipelines in-process call it
+// too, so that they measure what eddy does.
 func TuneMemory(logger *slog.Logger, gcPercent int) {
 	if _, set := os.LookupEnv("GOGC"); !set && gcPercent > 0 {
 		debug.SetGCPercent(gcPercent)

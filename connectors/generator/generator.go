@@ -2,9 +2,10 @@
 // computed by expressions over a record counter and seeded random helpers.
 //
 // Record i (0-based, global) is a function of (seed, i) only: subtask k of p
-// generates i = k, k+p, k+2p, ..., and before each record the random helpers
-// are re-seeded from (seed, i), so the output does not depend on the
-// parallelism, on timing or on restores.
+// generates i = k, k+p, k+2p, ... (after a restore at another parallelism,
+// those of them that no old subtask generated: Position), and before each
+// record the random helpers are re-seeded from (seed, i), so the output
+// does not depend on the parallelism, on timing or on restores.
 //
 // It imports pipeline only.
 package generator
@@ -221,12 +222,12 @@ type source struct {
 	vm       pipeline.VM
 	rng      splitMix
 	env      map[string]any
-	next     int   // the next counter this subtask considers
-	step     int   // the parallelism
-	split    int   // the subtask: one split per subtask
-	skip     []Run // counters a run at another parallelism generated
-	skipEnd  int   // the end of the last of skip
-	prefix   []byte
+	next     int    // the next counter this subtask considers
+	step     int    // the parallelism
+	split    int    // the subtask: one split per subtask
+	skip     []Run  // counters a run at another parallelism generated
+	skipEnd  int    // the end of the last of skip
+	prefix   []byte // the subtask's encoded position without Next
 	interval time.Duration
 	due      time.Time // when the next record is due (rate limiting)
 }
