@@ -236,7 +236,7 @@ func TestPrefetch(t *testing.T) {
 	r := NewAccs(specs)
 	require.Equal(t, uint64(0), r.Prefetch())
 	var vm pipeline.VM
-	s := strings.Repeat("\x01", 130) // bytes 0, 64 and 128 are read
+	s := strings.Repeat("\x01", 2*prefetchStride+2) // bytes 0, 1024 and 2048 are read
 	require.NoError(t, r.Add(&vm, rec{"s": s, "x": 5}))
 	require.Equal(t, uint64(3), r.Prefetch())
 }
