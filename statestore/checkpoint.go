@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,7 +185,7 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 	db, err := bolt.Open(s.path, 0o600, &bolt.Options{
 		Timeout:         s.lockTimeout,
 		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: storeMmapSize,
+		InitialMmapSize: mmapReserve,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("state dir %s is in use by another eddy (%s; its lock on %s was not released within %s): %w",
@@ -539,21 +538,6 @@ const (
 	pendingCkptFailed
 	pendingCkptAborted
 )
-
-// storeMmapSize is the address space a checkpoint store maps up front, 32
-// GiB on 64-bit systems other than Windows (where bbolt would grow the file
-// to the mapping's size). When a growing file outgrows its mapping, bbolt
-// maps it again and first copies every value of the committing
-// transaction out of the old mapping: a second copy of each state part
-// written then, about 4 s of CPU per GiB. Mapping is not memory: only the
-// file's pages in use are read.
-var storeMmapSize = func() int {
-	if runtime.GOOS == "windows" || strconv.IntSize < 64 {
-		return 0
-	}
-	size := int64(32 << 30)
-	return int(size)
-}()
 
 // ID returns the checkpoint's id.
 func (p *PendingCheckpoint) ID() int64 { return p.id }
