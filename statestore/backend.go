@@ -186,12 +186,23 @@ type Snapshot interface {
 	// bytes of WriteTo): the cheapest way to encode a snapshot into one
 	// buffer, with no copy when dst has room for it.
 	AppendTo(dst []byte) ([]byte, error)
-	// WriteTo writes every blob of EncodeGroups back to back; ReadBlobs
-	// splits such a stream again.
+	// WriteTo writes every blob of EncodeGroups back to back, one Write
+	// each (WriteSummed when w is a SummedWriter); ReadBlobs splits such a
+	// stream again.
 	WriteTo(w io.Writer) (int64, error)
 	// Release frees what the snapshot holds, and lets the backend write in
 	// place what only the snapshot shared (the memory backend's writes stop
 	// copying). The snapshot is unusable after; calling Release again does
 	// nothing.
 	Release()
+}
+
+// SummedWriter is a writer that keeps a CRC-32C of everything written to it
+// (a checkpoint's PartWriter). A Snapshot's WriteTo hands it each blob with
+// the blob's CRC-32C, which encoding the blob computed anyway, so that the
+// writer combines checksums instead of reading every byte a second time.
+type SummedWriter interface {
+	io.Writer
+	// WriteSummed writes b, whose CRC-32C (Castagnoli) is crc.
+	WriteSummed(b []byte, crc uint32) (int, error)
 }

@@ -149,11 +149,31 @@ func openPartFile(path string) (f *os.File, direct bool, err error) {
 
 // Write appends b to the part's blob.
 func (w *PartWriter) Write(b []byte) (int, error) {
+	if err := w.append(b); err != nil {
+		return 0, err
+	}
+	w.crc = crc32.Update(w.crc, crcTable, b)
+	return len(b), nil
+}
+
+// WriteSummed appends b, whose CRC-32C is crc, to the part's blob: the
+// part's checksum is combined from crc, not computed from b again
+// (SummedWriter).
+func (w *PartWriter) WriteSummed(b []byte, crc uint32) (int, error) {
+	if err := w.append(b); err != nil {
+		return 0, err
+	}
+	w.crc = crcCombine(w.crc, crc, len(b))
+	return len(b), nil
+}
+
+// append stores b; the caller adds it to the checksum.
+func (w *PartWriter) append(b []byte) error {
 	if w.done {
-		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
+		return fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
 	}
 	if w.err != nil {
-		return 0, w.err
+		return w.err
 	}
 	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
 	if err == nil {
@@ -162,11 +182,10 @@ func (w *PartWriter) Write(b []byte) (int, error) {
 	}
 	if err != nil {
 		w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
-		return 0, w.err
+		return w.err
 	}
-	w.crc = crc32.Update(w.crc, crcTable, b)
 	w.n += int64(len(b))
-	return len(b), nil
+	return nil
 }
 
 // Close appends the checksum, fsyncs the file and records the part; once

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,9 +22,11 @@ import (
 // others of testParts it stores with Put.
 var fileParts = map[string]bool{"op/agg/0": true, "op/agg/1": true, "op/agg/2": true}
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // writeFileCheckpoint writes checkpoint id as writeCheckpoint does
 // (requireCheckpoint checks it), streaming the op/ parts to part files in
-// pieces of 700 bytes.
+// pieces of 700 bytes, every other one with WriteSummed.
 func writeFileCheckpoint(t testing.TB, s *statestore.CheckpointStore, id int64) {
 	t.Helper()
 	require.NoError(t, tryFileCheckpoint(s, id))
@@ -51,7 +54,14 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 			return errors.Join(err, p.Abort())
 		}
 		for off := 0; off < len(blob); off += 700 {
-			if _, err := w.Write(blob[off:min(off+700, len(blob))]); err != nil {
+			piece := blob[off:min(off+700, len(blob))]
+			write := w.Write
+			if off/700%2 == 1 {
+				// Every other piece with its checksum, as a snapshot's
+				// WriteTo hands its blobs: the part's is combined.
+				write = func(b []byte) (int, error) { return w.WriteSummed(b, crc32.Checksum(b, castagnoli)) }
+			}
+			if _, err := write(piece); err != nil {
 				w.Abort()
 				return errors.Join(err, p.Abort())
 			}

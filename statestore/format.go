@@ -143,10 +143,13 @@ func beginBlob(dst []byte, kg int) []byte {
 }
 
 // endBlob completes the blob that starts at dst[start:] (beginBlob, then
-// the payload): its payload length and checksum.
-func endBlob(dst []byte, start int) []byte {
+// the payload): its payload length and checksum. It also returns the
+// CRC-32C of the whole blob, its checksum included (for SummedWriter).
+func endBlob(dst []byte, start int) ([]byte, uint32) {
 	binary.BigEndian.PutUint32(dst[start+12:], uint32(len(dst)-start-blobHeaderSize))
-	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crcTable))
+	sum := crc32.Checksum(dst[start:], crcTable)
+	dst = binary.BigEndian.AppendUint32(dst, sum)
+	return dst, crc32.Update(sum, crcTable, dst[len(dst)-blobTrailer:])
 }
 
 // CBORAppender is implemented by state values that append their snapshot

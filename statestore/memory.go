@@ -438,6 +438,7 @@ type blobWriter struct {
 	// ns); next[i] is the first one of a group not written yet.
 	timers [][]frozenTimer
 	next   []int
+	crc    uint32 // of the last blob appendGroup appended
 }
 
 func (s *memSnapshot) blobWriter() *blobWriter {
@@ -511,7 +512,8 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		return dst[:start], nil
 	}
 	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers))
-	return endBlob(dst, start), nil
+	dst, w.crc = endBlob(dst, start)
+	return dst, nil
 }
 
 func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
@@ -580,6 +582,7 @@ func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
 		return 0, nil
 	}
 	bw := s.blobWriter()
+	sw, _ := w.(SummedWriter)
 	var buf []byte
 	var total int64
 	for gi := 0; gi < s.end-s.start; gi++ {
@@ -590,7 +593,12 @@ func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
 		if len(buf) == 0 {
 			continue
 		}
-		n, err := w.Write(buf)
+		var n int
+		if sw != nil {
+			n, err = sw.WriteSummed(buf, bw.crc)
+		} else {
+			n, err = w.Write(buf)
+		}
 		total += int64(n)
 		if err != nil {
 			return total, err

@@ -429,3 +429,47 @@ func TestRestoreInPartsAndClearBeforeRegistration(t *testing.T) {
 		require.Equal(t, want, got)
 	})
 }
+
+// summedWriter records what WriteTo hands a SummedWriter.
+type summedWriter struct {
+	buf          bytes.Buffer
+	blobs, plain int
+	badCRC       []int // blobs whose crc is not that of their bytes
+}
+
+func (w *summedWriter) Write(b []byte) (int, error) {
+	w.plain++
+	return w.buf.Write(b)
+}
+
+func (w *summedWriter) WriteSummed(b []byte, crc uint32) (int, error) {
+	if crc != crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) {
+		w.badCRC = append(w.badCRC, w.blobs)
+	}
+	w.blobs++
+	return w.buf.Write(b)
+}
+
+// WriteTo hands a SummedWriter (a checkpoint's part writer) every blob with
+// its CRC-32C, which the part's checksum is combined from: a wrong one
+// would make the part look corrupt when it is read.
+func TestWriteToSummed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, o *opener) {
+		b := o.all()
+		f := registerAll(t, b)
+		for i, k := range keys(300) {
+			f.fill(k, i)
+		}
+		s, err := b.Snapshot()
+		require.NoError(t, err)
+		var w summedWriter
+		n, err := s.WriteTo(&w)
+		require.NoError(t, err)
+		s.Release()
+		require.Equal(t, int64(w.buf.Len()), n)
+		require.Zero(t, w.plain, "plain Writes")
+		require.Empty(t, w.badCRC, "blobs with a wrong CRC")
+		require.Equal(t, o.maxPar, w.blobs, "one blob per key group")
+		require.Equal(t, writeSnapshot(t, b), w.buf.Bytes())
+	})
+}
