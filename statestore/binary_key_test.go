@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +37,27 @@ func TestBinaryKeysSurviveSnapshots(t *testing.T) {
 	got, ok := rv.Get(key, ns)
 	require.True(t, ok)
 	require.Equal(t, int64(42), got)
+}
+
+// A bbolt record key escapes each 0 of the state key as 0, 0xff; splitKey
+// and unescape (or appendUnescaped) give the key back, whatever its bytes.
+func TestEscapedKeysRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	alphabet := []byte{0, 0, 0xff, 0xff, 1, 'a'}
+	keys := []string{"", "\x00", "\x00\xff", "\xff\x00", "\x00\x00", "a\x00\xff\xffb\x00", "i\x00\x00\x00\x00\x00\x00\x01\x00"}
+	for range 2000 {
+		k := make([]byte, r.IntN(12))
+		for i := range k {
+			k[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		keys = append(keys, string(k))
+	}
+	for _, key := range keys {
+		rec := append(appendKeyPrefix(nil, 3, key), "ns\x00"...)
+		esc, ns, err := splitKey(rec)
+		require.NoError(t, err, "key %q", key)
+		require.Equal(t, "ns\x00", string(ns))
+		require.Equal(t, key, unescape(esc), "unescape")
+		require.Equal(t, key, string(appendUnescaped([]byte("x"), esc)[1:]), "appendUnescaped")
+	}
 }

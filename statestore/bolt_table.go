@@ -84,7 +84,24 @@ func unescape(esc []byte) string {
 	if bytes.IndexByte(esc, 0) < 0 {
 		return string(esc)
 	}
-	return string(bytes.ReplaceAll(esc, []byte{0, 0xff}, []byte{0}))
+	var buf [64]byte
+	return string(appendUnescaped(buf[:0], esc))
+}
+
+// appendUnescaped appends the key of escaped key esc (as splitKey returns
+// it: each 0 followed by 0xff) to dst.
+func appendUnescaped(dst, esc []byte) []byte {
+	for {
+		i := bytes.IndexByte(esc, 0)
+		if i < 0 || i+1 >= len(esc) {
+			return append(dst, esc...)
+		}
+		dst = append(dst, esc[:i+1]...)
+		esc = esc[i+1:]
+		if esc[0] == 0xff {
+			esc = esc[1:]
+		}
+	}
 }
 
 // splitValue splits a record's value into its TTL time and CBOR.
@@ -922,11 +939,7 @@ func appendBucketGroup(dst []byte, tx *bolt.Tx, name string, group int, value fu
 		e, ns, err := splitKey(k)
 		if err == nil && !bytes.Equal(e, esc) {
 			esc = append(esc[:0], e...)
-			if bytes.IndexByte(e, 0) < 0 {
-				key = append(key[:0], e...)
-			} else {
-				key = append(key[:0], unescape(e)...)
-			}
+			key = appendUnescaped(key[:0], e)
 		}
 		var ts int64
 		var raw []byte
