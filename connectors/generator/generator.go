@@ -258,7 +258,11 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 			return fmt.Errorf("generator source %q: restore: the position of subtask %d of %d is not subtask %d of %d's", s.id, p.Subtask, p.Parallelism, sc.Subtask, s.step)
 		}
 		if p.Parallelism == 0 { // version 1: Next only
+			// Kept in version 2 from now on, also by a checkpoint taken
+			// before the first read, so that it restores at any
+			// parallelism.
 			p.Subtask, p.Parallelism = sc.Subtask, s.step
+			sc.Position = EncodePosition(p)
 		}
 		pos = p
 	}

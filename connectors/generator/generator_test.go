@@ -113,7 +113,25 @@ func TestRestoreVersion1(t *testing.T) {
 	require.Equal(t, []any{7, 10, 13, 16, 19}, ints(conntest.Fields([]conntest.Batch{b})))
 	require.Equal(t, EncodePosition(Position{Subtask: 1, Parallelism: 3, Next: 22}), b.Position)
 
+	// Restored at its parallelism, a version-1 position is kept in version
+	// 2 at once: a checkpoint before the first read rescales.
+	var upgraded [][]byte
+	for k := range 3 {
+		src, err := cfg.NewSource()
+		require.NoError(t, err)
+		old := binary.BigEndian.AppendUint64(nil, uint64(9+k))
+		sc := &pipeline.SourceContext{SubtaskInfo: conntest.Info("g", k, 3), Restored: old}
+		require.NoError(t, src.Open(context.Background(), sc))
+		require.Equal(t, EncodePosition(Position{Subtask: k, Parallelism: 3, Next: 9 + k}), sc.Position)
+		upgraded = append(upgraded, sc.Position)
+	}
 	src, err := cfg.NewSource()
+	require.NoError(t, err)
+	require.NoError(t, src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: conntest.Info("g", 0, 2), RestoredAll: upgraded}))
+	b = conntest.ReadOnce(t, src, time.Second)
+	require.Equal(t, []any{10, 12, 14, 16, 18}, ints(conntest.Fields([]conntest.Batch{b})))
+
+	src, err = cfg.NewSource()
 	require.NoError(t, err)
 	err = src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: conntest.Info("g", 0, 2), RestoredAll: [][]byte{v1, v1, v1}})
 	require.ErrorContains(t, err, "restore at the parallelism the checkpoint was taken with")
