@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -71,6 +72,20 @@ var mmapReserve = func() int {
 	size := int64(32 << 30)
 	return int(size)
 }()
+
+// openMapped opens the bbolt file at path with opts, mapping mmapReserve up
+// front. Where the address space is limited (RLIMIT_AS, `ulimit -v`) and
+// that fails, it maps what the file needs, as bbolt does by default: the
+// file works the same, and may wait for snapshots when it grows.
+func openMapped(path string, opts *bolt.Options) (*bolt.DB, error) {
+	opts.InitialMmapSize = mmapReserve
+	db, err := bolt.Open(path, 0o600, opts)
+	if errors.Is(err, syscall.ENOMEM) && opts.InitialMmapSize > 0 {
+		opts.InitialMmapSize = 0
+		db, err = bolt.Open(path, 0o600, opts)
+	}
+	return db, err
+}
 
 // BoltOptions configure a bbolt backend.
 type BoltOptions struct {
@@ -191,7 +206,7 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		_ = b.removeFiles()
 		return nil, fmt.Errorf("remove the live state file of an earlier run: %w", err)
 	}
-	b.db, err = bolt.Open(b.path, 0o600, &bolt.Options{
+	b.db, err = openMapped(b.path, &bolt.Options{
 		// Another process holding the new file's lock is a second eddy
 		// running the same pipeline: fail rather than wait.
 		Timeout: time.Second,
@@ -200,11 +215,10 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		// Syncing it would only slow every flush down, so nothing is synced
 		// (data, file growth, freelist): a crash can leave it torn, and it
 		// is never read again.
-		NoSync:          true,
-		NoGrowSync:      true,
-		NoFreelistSync:  true,
-		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: mmapReserve,
+		NoSync:         true,
+		NoGrowSync:     true,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
 	})
 	if err != nil {
 		_ = b.removeFiles()

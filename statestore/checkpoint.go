@@ -182,10 +182,9 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 	}
 	_, statErr := os.Stat(s.path)
 	created := errors.Is(statErr, os.ErrNotExist)
-	db, err := bolt.Open(s.path, 0o600, &bolt.Options{
-		Timeout:         s.lockTimeout,
-		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: mmapReserve,
+	db, err := openMapped(s.path, &bolt.Options{
+		Timeout:      s.lockTimeout,
+		FreelistType: bolt.FreelistMapType,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("state dir %s is in use by another eddy (%s; its lock on %s was not released within %s): %w",
