@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,14 @@ func mappedBytes(t *testing.T, path string) int64 {
 func TestFilesMapTheReserve(t *testing.T) {
 	if mmapReserve < 16<<30 {
 		t.Fatalf("mmapReserve is %d bytes; the live file of a few GiB of state outgrows it during a snapshot", mmapReserve)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur != math.MaxUint64 && lim.Cur < vmSize(t)+2*uint64(mmapReserve) {
+		// The files then map less: TestOpenWithLimitedAddressSpace.
+		t.Skipf("the address space is limited to %d bytes (ulimit -v), below two reserves", lim.Cur)
 	}
 	dir := t.TempDir()
 	b, err := NewBolt(BoltOptions{Options: Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}}, Dir: dir})
@@ -108,7 +117,11 @@ func TestOpenWithLimitedAddressSpace(t *testing.T) {
 		}
 		return
 	}
-	limit := vmSize(t) + 4<<30 // far below mmapReserve
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &old); err != nil {
+		t.Fatal(err)
+	}
+	limit := min(vmSize(t)+4<<30, old.Max) // far below mmapReserve
 	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
 		t.Fatal(err)
 	}
