@@ -75,14 +75,18 @@ var mmapReserve = func() int {
 
 // openMapped opens the bbolt file at path with opts, mapping mmapReserve up
 // front. Where the address space is limited (RLIMIT_AS, `ulimit -v`) and
-// that fails, it maps what the file needs, as bbolt does by default: the
-// file works the same, and may wait for snapshots when it grows.
+// that fails, it maps 1 GiB, and failing that what the file needs, as bbolt
+// does by default: the file works the same, but a write that grows it past
+// the mapping waits for the snapshots being encoded.
 func openMapped(path string, opts *bolt.Options) (*bolt.DB, error) {
-	opts.InitialMmapSize = mmapReserve
-	db, err := bolt.Open(path, 0o600, opts)
-	if errors.Is(err, syscall.ENOMEM) && opts.InitialMmapSize > 0 {
-		opts.InitialMmapSize = 0
+	var db *bolt.DB
+	var err error
+	for _, size := range []int{mmapReserve, min(mmapReserve, 1<<30), 0} {
+		opts.InitialMmapSize = size
 		db, err = bolt.Open(path, 0o600, opts)
+		if !errors.Is(err, syscall.ENOMEM) || size == 0 {
+			break
+		}
 	}
 	return db, err
 }
