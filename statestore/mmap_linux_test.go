@@ -102,7 +102,7 @@ func vmSize(t *testing.T) uint64 {
 }
 
 // Where the address space is limited below the reserve (ulimit -v), both
-// files open anyway, mapping what they need, and work.
+// files open anyway, mapping less (openMapped), and work.
 func TestOpenWithLimitedAddressSpace(t *testing.T) {
 	if os.Getenv("EDDY_TEST_LIMITED_AS") == "" {
 		// The limit applies to the whole process: set it in a child.
