@@ -103,9 +103,19 @@ func eddyCommand(ctx context.Context, dir string, env map[string]string, args ..
 // eddy runs the binary to the end and returns its exit code and output.
 func eddy(t *testing.T, dir string, env map[string]string, args ...string) result {
 	t.Helper()
+	return eddyWithInput(t, dir, env, "", args...)
+}
+
+// eddyWithInput is eddy with stdin as the binary's standard input (none
+// when empty).
+func eddyWithInput(t *testing.T, dir string, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	c := eddyCommand(ctx, dir, env, args...)
+	if stdin != "" {
+		c.Stdin = strings.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	err := c.Run()

@@ -3,8 +3,6 @@
 package e2e_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -41,15 +39,7 @@ sinks:
 	} {
 		t.Run("GODEBUG="+tc.godebug, func(t *testing.T) {
 			env := map[string]string{"GODEBUG": tc.godebug, "EDDY_STATE_DIR": t.TempDir()}
-			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-			defer cancel()
-			c := eddyCommand(ctx, dir, env, "run", "--log-level", "debug", "--log-format", "json", file)
-			c.Stdin = strings.NewReader("first\nsecond\nthird\n")
-			var stdout, stderr bytes.Buffer
-			c.Stdout, c.Stderr = &stdout, &stderr
-			err := c.Run()
-			require.NoError(t, ctx.Err(), "eddy did not end; stderr:\n%s", stderr.String())
-			r := result{code: exitCode(t, err), stdout: stdout.String(), stderr: stderr.String()}
+			r := eddyWithInput(t, dir, env, "first\nsecond\nthird\n", "run", "--log-level", "debug", "--log-format", "json", file)
 			require.Equal(t, 0, r.code, r.stderr)
 			var lines []string
 			for line := range strings.Lines(r.stdout) {
