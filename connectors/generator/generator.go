@@ -321,7 +321,7 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		b.Records = append(b.Records, pipeline.Record{Fields: fields, Time: pipeline.NoTime})
 		n--
 	}
-	b.Position = binary.AppendUvarint(append(make([]byte, 0, len(s.prefix)+binary.MaxVarintLen64), s.prefix...), uint64(s.next))
+	b.Position = withNext(s.prefix, s.next)
 	b.Split = s.split
 	if s.cfg.Count > 0 && s.next >= s.cfg.Count {
 		b.SplitDone = true

@@ -53,7 +53,13 @@ const (
 // and each one's Step, Residue, From, To) and Next last, so that a subtask
 // encodes the rest once (positionPrefix).
 func EncodePosition(p Position) []byte {
-	return binary.AppendUvarint(positionPrefix(p), uint64(p.Next))
+	return withNext(positionPrefix(p), p.Next)
+}
+
+// withNext returns a new encoding: prefix (positionPrefix) then next.
+func withNext(prefix []byte, next int) []byte {
+	b := make([]byte, 0, len(prefix)+binary.MaxVarintLen64)
+	return binary.AppendUvarint(append(b, prefix...), uint64(next))
 }
 
 func positionPrefix(p Position) []byte {
