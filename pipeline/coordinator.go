@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -664,7 +663,7 @@ func restoreState(r RestoredCheckpoint, id string, b statestore.Backend) error {
 	start, end := b.KeyGroupRange()
 	var blobs [][]byte
 	for _, sub := range slices.Sorted(maps.Keys(parts)) {
-		err := statestore.ReadBlobs(bytes.NewReader(parts[sub]), func(group int, blob []byte) error {
+		err := statestore.SplitBlobs(parts[sub], func(group int, blob []byte) error {
 			if group >= start && group < end {
 				blobs = append(blobs, blob)
 			}

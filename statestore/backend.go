@@ -94,7 +94,7 @@ type Backend interface {
 	// Restore loads blobs written by Snapshot.EncodeGroups or WriteTo, by
 	// backends of any parallelism, as long as they use the same KeyGroupFunc.
 	// Every blob must belong to a key group of this backend's range
-	// (ErrKeyGroupRange; BlobKeyGroup and ReadBlobs help select them) and
+	// (ErrKeyGroupRange; BlobKeyGroup and SplitBlobs help select them) and
 	// each key group may be restored once (ErrDuplicateKeyGroup). All blobs
 	// are verified (CRC32-C, format) and decoded before any is applied, so a
 	// failed Restore changes nothing. Called on the task goroutine before
@@ -187,7 +187,7 @@ type Snapshot interface {
 	// buffer, with no copy when dst has room for it.
 	AppendTo(dst []byte) ([]byte, error)
 	// WriteTo writes every blob of EncodeGroups back to back, one Write
-	// each (WriteSummed when w is a SummedWriter); ReadBlobs splits such a
+	// each (WriteSummed when w is a SummedWriter); SplitBlobs splits such a
 	// stream again.
 	WriteTo(w io.Writer) (int64, error)
 	// Release frees what the snapshot holds, and lets the backend write in

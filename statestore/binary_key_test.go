@@ -27,7 +27,7 @@ func TestBinaryKeysSurviveSnapshots(t *testing.T) {
 	restored, err := NewMemory(opts)
 	require.NoError(t, err)
 	var blobs [][]byte
-	require.NoError(t, ReadBlobs(&buf, func(_ int, blob []byte) error {
+	require.NoError(t, SplitBlobs(buf.Bytes(), func(_ int, blob []byte) error {
 		blobs = append(blobs, blob)
 		return nil
 	}))

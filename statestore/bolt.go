@@ -594,14 +594,7 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 		b.cached -= t.dropCache()
 	}
 	maps.Copy(b.pending, pendingKinds)
-	for _, g := range decoded {
-		for _, wt := range g.p.Timers {
-			svc := b.mem.TimerService(wt.Name)
-			for _, t := range wt.Timers {
-				svc.register(t.Domain, t.Key, t.NS, t.TS)
-			}
-		}
-	}
+	b.mem.restoreTimers(decoded)
 	for kg := range groups {
 		b.restored[kg] = true
 	}

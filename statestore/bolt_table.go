@@ -718,7 +718,8 @@ func (t *boltTable[S]) restoredSlot(ts int64, v S, now int64) (int64, S, bool) {
 
 // restoreValue decodes a snapshot entry's value, applies the restore rules
 // and returns the entry's new record value appended to dst, or nil when
-// the entry is left out.
+// the entry is left out. Unless the rules fix values (map states), the
+// value is decoded only to check that it decodes: the record keeps raw.
 func (t *boltTable[S]) restoreValue(dst []byte, key string, ts int64, raw []byte, now int64) ([]byte, error) {
 	var v S
 	if err := decMode.Unmarshal(raw, &v); err != nil {
@@ -727,6 +728,9 @@ func (t *boltTable[S]) restoreValue(dst []byte, key string, ts int64, raw []byte
 	ts, v, keep := t.restoredSlot(ts, v, now)
 	if !keep {
 		return nil, nil
+	}
+	if t.fn.restored == nil {
+		return appendValue(dst, ts, raw), nil
 	}
 	b, err := t.encodeValue(&v, key)
 	if err != nil {

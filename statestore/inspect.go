@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -239,7 +238,7 @@ type InspectedTimer struct {
 // any goroutine.
 func InspectState(stream []byte) ([]InspectedKeyGroup, error) {
 	var out []InspectedKeyGroup
-	err := ReadBlobs(bytes.NewReader(stream), func(kg int, blob []byte) error {
+	err := SplitBlobs(stream, func(kg int, blob []byte) error {
 		_, payload, err := parseBlob(blob)
 		if err != nil {
 			return err

@@ -291,7 +291,6 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 	var (
 		apply        []func()
 		pendingKinds = map[string]Kind{}
-		timers       []func()
 		groups       = map[int]bool{}
 	)
 	decoded, err := decodeBlobs(blobs, m.start, m.end, m.kg)
@@ -330,21 +329,11 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 			}
 			apply = append(apply, stagePending(m, ws.Name, ws.Kind, gi, ws.Entries))
 		}
-		for _, wt := range p.Timers {
-			timers = append(timers, func() {
-				svc := m.TimerService(wt.Name)
-				for _, t := range wt.Timers {
-					svc.register(t.Domain, t.Key, t.NS, t.TS)
-				}
-			})
-		}
 	}
 	for _, f := range apply {
 		f()
 	}
-	for _, f := range timers {
-		f()
-	}
+	m.restoreTimers(decoded)
 	for kg := range groups {
 		m.restored[kg] = true
 	}
@@ -360,8 +349,20 @@ func stagePending(m *Memory, name string, kind Kind, gi int, entries []wireEntry
 			p = &pendingState{name: name, kind: kind, groups: make([][]wireEntry, m.end-m.start)}
 			m.pending[name] = p
 		}
-		// A new slice: a snapshot may hold the old one.
-		p.groups[gi] = append(slices.Clip(p.groups[gi]), entries...)
+		// A new slice: a snapshot may hold the old one. The values point
+		// into the restore's blobs (rawItem): copied, into one buffer.
+		n := 0
+		for _, e := range entries {
+			n += len(e.Value)
+		}
+		buf := make([]byte, 0, n)
+		staged := append(slices.Clip(p.groups[gi]), entries...)
+		for i := len(staged) - len(entries); i < len(staged); i++ {
+			start := len(buf)
+			buf = append(buf, staged[i].Value...)
+			staged[i].Value = buf[start:len(buf):len(buf)]
+		}
+		p.groups[gi] = staged
 	}
 }
 

@@ -3,7 +3,9 @@ package statestore_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -23,7 +25,7 @@ func restoreAll(t testing.TB, b statestore.Backend, streams ...[]byte) {
 	start, end := b.KeyGroupRange()
 	var mine [][]byte
 	for _, s := range streams {
-		require.NoError(t, statestore.ReadBlobs(bytes.NewReader(s), func(g int, blob []byte) error {
+		require.NoError(t, statestore.SplitBlobs(s, func(g int, blob []byte) error {
 			if g >= start && g < end {
 				mine = append(mine, blob)
 			}
@@ -59,12 +61,19 @@ func TestSnapshotRoundTrip(t *testing.T) {
 				stream := writeSnapshot(t, b)
 
 				r := o.all()
+				// Restore keeps nothing that points into its blobs (they are
+				// slices of the stream): the stream is overwritten after it.
+				restore := func() {
+					in := slices.Clone(stream)
+					restoreAll(t, r, in)
+					clear(in)
+				}
 				var g *fixture
 				if registerFirst {
 					g = registerAll(t, r)
-					restoreAll(t, r, stream)
+					restore()
 				} else {
-					restoreAll(t, r, stream)
+					restore()
 					// Unregistered states are kept as CBOR and written as
 					// they are by a snapshot taken before registration.
 					require.Equal(t, stream, writeSnapshot(t, r))
@@ -284,7 +293,7 @@ func TestRestoreErrors(t *testing.T) {
 			for _, bl := range all {
 				stream = append(stream, bl...)
 			}
-			err := statestore.ReadBlobs(bytes.NewReader(stream[:len(stream)-3]), func(int, []byte) error { return nil })
+			err := statestore.SplitBlobs(stream[:len(stream)-3], func(int, []byte) error { return nil })
 			require.ErrorIs(t, err, statestore.ErrCorrupt)
 		})
 		t.Run("bad CBOR under a good checksum", func(t *testing.T) {
@@ -471,5 +480,58 @@ func TestWriteToSummed(t *testing.T) {
 		require.Empty(t, w.badCRC, "blobs with a wrong CRC")
 		require.Equal(t, o.maxPar, w.blobs, "one blob per key group")
 		require.Equal(t, writeSnapshot(t, b), w.buf.Bytes())
+	})
+}
+
+func TestSplitBlobs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, o *opener) {
+		b := o.all()
+		f := registerAll(t, b)
+		for i, k := range keys(100) {
+			f.fill(k, i)
+		}
+		want := snapshotBlobs(t, b)
+		stream := writeSnapshot(t, b)
+		got := map[int][]byte{}
+		last := -1
+		require.NoError(t, statestore.SplitBlobs(stream, func(g int, blob []byte) error {
+			require.Greater(t, g, last, "key groups in order, each once")
+			last = g
+			got[g] = blob
+			return nil
+		}))
+		require.Equal(t, want, got)
+		// The blobs are the stream's bytes, not copies.
+		clear(stream)
+		for g, blob := range got {
+			require.Equal(t, make([]byte, len(blob)), blob, "key group %d", g)
+		}
+
+		stream = writeSnapshot(t, b)
+		first := len(want[slices.Min(slices.Collect(maps.Keys(want)))])
+		t.Run("bad magic in the second blob", func(t *testing.T) {
+			bad := slices.Clone(stream)
+			bad[first] = 'x'
+			calls := 0
+			err := statestore.SplitBlobs(bad, func(int, []byte) error { calls++; return nil })
+			require.ErrorIs(t, err, statestore.ErrCorrupt)
+			require.Equal(t, 1, calls)
+		})
+		t.Run("length past the end", func(t *testing.T) {
+			bad := slices.Clone(stream)
+			binary.BigEndian.PutUint32(bad[first+12:], uint32(len(bad)))
+			require.ErrorIs(t, statestore.SplitBlobs(bad, func(int, []byte) error { return nil }), statestore.ErrCorrupt)
+		})
+		t.Run("checksums are left to Restore", func(t *testing.T) {
+			bad := slices.Clone(stream)
+			bad[first+16] ^= 1
+			var blobs [][]byte
+			require.NoError(t, statestore.SplitBlobs(bad, func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
+			require.ErrorIs(t, o.all().Restore(blobs...), statestore.ErrCorrupt)
+		})
+		t.Run("fn's error", func(t *testing.T) {
+			stop := errors.New("stop")
+			require.ErrorIs(t, statestore.SplitBlobs(stream, func(int, []byte) error { return stop }), stop)
+		})
 	})
 }

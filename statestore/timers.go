@@ -162,6 +162,39 @@ func (s *TimerService) register(d Domain, key, ns string, ts int64) {
 	q.push(id, int32(gi))
 }
 
+// restoreTimers registers the timers of a restore's decoded blobs. Each
+// queue gets room for all of them first, so that it grows once: grown
+// timer by timer, its map moves every timer again at each doubling.
+func (m *Memory) restoreTimers(decoded []decodedBlob) {
+	counts := map[string]*[2]int{} // by service, then domain
+	for _, d := range decoded {
+		for _, wt := range d.p.Timers {
+			c := counts[wt.Name]
+			if c == nil {
+				c = new([2]int)
+				counts[wt.Name] = c
+			}
+			for _, t := range wt.Timers {
+				c[t.Domain]++ // decodeBlob checked the domain
+			}
+		}
+	}
+	for name, c := range counts {
+		svc := m.TimerService(name)
+		for d := range svc.queues {
+			svc.queues[d].reserve(c[d])
+		}
+	}
+	for _, d := range decoded {
+		for _, wt := range d.p.Timers {
+			svc := m.TimerService(wt.Name)
+			for _, t := range wt.Timers {
+				svc.register(t.Domain, t.Key, t.NS, t.TS)
+			}
+		}
+	}
+}
+
 // freeze copies the timers for a snapshot: two memmoves per domain (the
 // records and the heap), O(timers) but a few bytes per timer.
 func (s *TimerService) freeze() frozenTimers {
@@ -216,6 +249,20 @@ func (q *timerQueue) peek() (int64, bool) {
 		return 0, false
 	}
 	return q.heap[0].ts, true
+}
+
+// reserve makes room for n more timers. Only an empty queue's map is
+// made anew with room for them (a restore into a fresh backend); growing
+// a map that holds timers would copy them as its growth does.
+func (q *timerQueue) reserve(n int) {
+	if n == 0 {
+		return
+	}
+	if len(q.set) == 0 {
+		q.set = make(map[timerID]int32, n)
+	}
+	q.recs = slices.Grow(q.recs, n)
+	q.heap = slices.Grow(q.heap, n)
 }
 
 func (q *timerQueue) push(id timerID, group int32) {
