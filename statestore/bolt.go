@@ -575,6 +575,7 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 				if err != nil {
 					return err
 				}
+				bkt.FillPercent = restoreFill
 				for _, e := range ws.Entries {
 					k := append(appendKeyPrefix(nil, g.kg, e.Key), e.NS...)
 					if err := bkt.Put(k, appendValue(nil, e.TS, e.Value)); err != nil {

@@ -85,3 +85,18 @@ func RefuseDirectWrites(refused *int) (undo func()) {
 	}
 	return func() { writePartFile = old }
 }
+
+// BoltLeafFill returns the share of the bytes of the leaf pages of state's
+// bucket in b's live file that hold records.
+func BoltLeafFill(b *Bolt, state string) (fill float64, err error) {
+	err = b.db.View(func(tx *bolt.Tx) error {
+		bkt := tx.Bucket([]byte(state))
+		if bkt == nil {
+			return fmt.Errorf("no bucket %q", state)
+		}
+		st := bkt.Stats()
+		fill = float64(st.LeafInuse) / float64(st.LeafAlloc)
+		return nil
+	})
+	return fill, err
+}
