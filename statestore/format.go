@@ -266,10 +266,11 @@ func SplitBlobs(stream []byte, fn func(group int, blob []byte) error) error {
 		if !bytes.Equal(rest[:4], blobMagic[:]) {
 			return fmt.Errorf("%w: bad magic %q at offset %d", ErrCorrupt, rest[:4], off)
 		}
-		n := blobHeaderSize + int(binary.BigEndian.Uint32(rest[12:])) + blobTrailer
-		if n > len(rest) {
-			return fmt.Errorf("%w: the blob at offset %d has %d bytes, its header says %d", ErrCorrupt, off, len(rest), n)
+		size := blobHeaderSize + uint64(binary.BigEndian.Uint32(rest[12:])) + blobTrailer
+		if size > uint64(len(rest)) {
+			return fmt.Errorf("%w: the blob at offset %d has %d bytes, its header says %d", ErrCorrupt, off, len(rest), size)
 		}
+		n := int(size)
 		if err := fn(int(binary.BigEndian.Uint32(rest[8:])), rest[:n:n]); err != nil {
 			return err
 		}
@@ -303,8 +304,8 @@ type wireEntry struct {
 // rawItem is a CBOR data item left undecoded, as cbor.RawMessage, but not
 // copied: it points into the blob it was decoded from, so it is valid as
 // long as the blob is. A restore decodes every value into its state's type
-// anyway (a copy of 1 GiB of values there cost a restore of 1 GiB about as
-// much as it then spent on the values); what outlives Restore is copied
+// anyway; cbor.RawMessage copied each first, 1 GiB more to allocate and
+// copy in a restore of 1 GiB. What outlives Restore is copied
 // (stagePending) or written to a file.
 type rawItem []byte
 
