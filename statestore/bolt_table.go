@@ -775,6 +775,15 @@ func (t *boltTable[S]) restoreGroup(tx *bolt.Tx, group int, entries []wireEntry,
 // A record whose value encodes as it was restored (the usual case: the
 // snapshot's encoding is the file's) is not written again.
 func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
+	// Unless the restore rules fix values (map states), a value is only
+	// decoded to check it: all are checked first, on several goroutines,
+	// and then only TTL times can change a record.
+	checked := t.fn.restored == nil
+	if checked {
+		if err := t.checkValues(bkt); err != nil {
+			return err
+		}
+	}
 	return rewriteBucket(bkt, func(k, rec []byte) ([]byte, bool, error) {
 		esc, _, err := splitKey(k)
 		if err != nil {
@@ -783,6 +792,16 @@ func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 		ts, raw, err := splitValue(rec)
 		if err != nil {
 			return nil, false, err
+		}
+		if checked {
+			nts, _, keep := t.restoredSlot(ts, *new(S), now)
+			switch {
+			case !keep:
+				return nil, true, nil
+			case nts == ts:
+				return nil, false, nil
+			}
+			return appendValue(nil, nts, raw), true, nil
 		}
 		// Encoded into a reused buffer: most records come out the same
 		// and are not written; a changed one is copied for the write.
@@ -796,6 +815,46 @@ func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 		}
 		return bytes.Clone(v), true, nil
 	})
+}
+
+// checkValues checks that the value of every record of bkt decodes into
+// S (ErrIncompatibleState), batch by batch on several goroutines: the
+// records are read in a transaction that writes nothing meanwhile.
+func (t *boltTable[S]) checkValues(bkt *bolt.Bucket) error {
+	const batch, chunk = 8192, 256
+	keys := make([][]byte, 0, batch)
+	raws := make([][]byte, 0, batch)
+	check := func() error {
+		err := forEachParallel((len(raws)+chunk-1)/chunk, func(c int) error {
+			for i := c * chunk; i < min((c+1)*chunk, len(raws)); i++ {
+				var v S
+				if err := decMode.Unmarshal(raws[i], &v); err != nil {
+					esc, _, kerr := splitKey(keys[i])
+					if kerr != nil {
+						return kerr
+					}
+					return errIncompatibleValue(t.spec, unescape(esc), err)
+				}
+			}
+			return nil
+		})
+		keys, raws = keys[:0], raws[:0]
+		return err
+	}
+	c := bkt.Cursor()
+	for k, rec := c.First(); k != nil; k, rec = c.Next() {
+		_, raw, err := splitValue(rec)
+		if err != nil {
+			return err
+		}
+		keys, raws = append(keys, k), append(raws, raw)
+		if len(raws) == batch {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+	}
+	return check()
 }
 
 // cleanup deletes the expired slots and map entries of the cached keys (in

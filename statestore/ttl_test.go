@@ -3,6 +3,7 @@ package statestore_test
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -181,5 +182,74 @@ func TestCleanup(t *testing.T) {
 		require.Zero(t, m.Len(ks[50], ""))
 		_, ok := forever.Get(ks[50], "")
 		require.True(t, ok)
+	})
+}
+
+// TestTTLAcrossRestore: a restore applies the registered state's TTL, not
+// the snapshot's. An entry written without a TTL starts one at the
+// restore; an entry of a state restored without a TTL loses its own; an
+// entry that expired between the snapshot and the restore is not
+// restored at all. So whether the state is registered before the restore or after it (then
+// the bbolt backend rewrites the records it adopts).
+func TestTTLAcrossRestore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, o *opener) {
+		snapshot := func(ttl time.Duration) map[int][]byte {
+			b := o.all()
+			s, err := statestore.RegisterValue(b, statestore.ValueDescriptor[int]{Name: "v", TTL: ttl})
+			require.NoError(t, err)
+			s.Put("k", "", 1)
+			return snapshotBlobs(t, b)
+		}
+		restore := func(t *testing.T, blobs map[int][]byte, ttl time.Duration, registerFirst bool) (statestore.Backend, statestore.ValueState[int]) {
+			r := o.all()
+			var s statestore.ValueState[int]
+			register := func() {
+				var err error
+				s, err = statestore.RegisterValue(r, statestore.ValueDescriptor[int]{Name: "v", TTL: ttl})
+				require.NoError(t, err)
+			}
+			if registerFirst {
+				register()
+			}
+			require.NoError(t, r.Restore(inRange(blobs, 0, o.maxPar)...))
+			if !registerFirst {
+				register()
+			}
+			return r, s
+		}
+		present := func(s statestore.ValueState[int]) bool {
+			_, ok := s.Get("k", "")
+			return ok
+		}
+		for _, registerFirst := range []bool{true, false} {
+			t.Run("register-before-restore="+strconv.FormatBool(registerFirst), func(t *testing.T) {
+				t.Run("TTL added", func(t *testing.T) {
+					blobs := snapshot(0)
+					o.clock.Advance(5000)
+					_, s := restore(t, blobs, time.Second, registerFirst)
+					o.clock.Advance(999)
+					require.True(t, present(s), "the TTL starts at the restore")
+					o.clock.Advance(1)
+					require.False(t, present(s))
+				})
+				t.Run("TTL removed", func(t *testing.T) {
+					blobs := snapshot(time.Second)
+					o.clock.Advance(600)
+					_, s := restore(t, blobs, 0, registerFirst)
+					o.clock.Advance(10_000)
+					require.True(t, present(s))
+				})
+				t.Run("expired meanwhile", func(t *testing.T) {
+					blobs := snapshot(time.Second)
+					o.clock.Advance(1000)
+					r, s := restore(t, blobs, time.Second, registerFirst)
+					n, err := r.Cleanup()
+					require.NoError(t, err)
+					require.Zero(t, n, "the restore left nothing expired to clean up")
+					require.False(t, present(s))
+					require.Empty(t, snapshotBlobs(t, r))
+				})
+			})
+		}
 	})
 }
