@@ -269,6 +269,25 @@ func intKeys(n int) []string {
 	return ks
 }
 
+// fillWindowState gives be the checkpoint benchmark's window state in
+// small: n int keys with one benchBox each holding a 1 KiB payload, and
+// one timer per key. It returns the window's namespace.
+func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
+	acc, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
+	require.NoError(b, err)
+	timers := be.TimerService("window")
+	ns := windowNamespaces(1)[0]
+	payload := make([]byte, 1024)
+	for i, k := range intKeys(n) {
+		for j := range payload {
+			payload[j] = 'a' + byte((i+j)%26)
+		}
+		acc.Add(k, ns, string(payload))
+		timers.RegisterEventTimer(k, ns, 86_400_000)
+	}
+	return ns
+}
+
 // BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
 // one window subtask, as the coordinator runs it: encode the keyed state's
 // snapshot ("encode": WriteTo, key group by key group, into io.Discard),
@@ -287,18 +306,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 	for _, bk := range backends[:2] {
 		b.Run(bk.name, func(b *testing.B) {
 			be := benchBackend(b, bk.open)
-			acc, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
-			require.NoError(b, err)
-			timers := be.TimerService("window")
-			ns := windowNamespaces(1)[0]
-			payload := make([]byte, 1024)
-			for i, k := range intKeys(nKeys) {
-				for j := range payload {
-					payload[j] = 'a' + byte((i+j)%26)
-				}
-				acc.Add(k, ns, string(payload))
-				timers.RegisterEventTimer(k, ns, 86_400_000)
-			}
+			fillWindowState(b, be, nKeys)
 			snap, err := be.Snapshot()
 			require.NoError(b, err)
 			defer snap.Release()
@@ -521,9 +529,8 @@ func longestStall(fn func()) time.Duration {
 }
 
 // BenchmarkRestore is a window subtask's restart: Restore the blobs of a
-// snapshot of checkpointbench's window state in small (int keys with one
-// benchBox each holding a 1 KiB payload, and one timer per key) into a
-// fresh backend, then register the state, which adopts the restored
+// snapshot of checkpointbench's window state in small (fillWindowState)
+// into a fresh backend, then register the state, which adopts the restored
 // entries (the window operator registers its state after the restore).
 // MB/s is snapshot bytes per second.
 //
@@ -533,18 +540,7 @@ func BenchmarkRestore(b *testing.B) {
 	for _, bk := range backends[:2] {
 		b.Run(bk.name, func(b *testing.B) {
 			src := benchBackend(b, bk.open)
-			acc, err := statestore.RegisterAggregating(src, benchBoxDescriptor())
-			require.NoError(b, err)
-			timers := src.TimerService("window")
-			ns := windowNamespaces(1)[0]
-			payload := make([]byte, 1024)
-			for i, k := range intKeys(nKeys) {
-				for j := range payload {
-					payload[j] = 'a' + byte((i+j)%26)
-				}
-				acc.Add(k, ns, string(payload))
-				timers.RegisterEventTimer(k, ns, 86_400_000)
-			}
+			ns := fillWindowState(b, src, nKeys)
 			snap, err := src.Snapshot()
 			require.NoError(b, err)
 			var blobs [][]byte
