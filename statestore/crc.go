@@ -27,8 +27,11 @@ func multModP(a, b uint32) uint32 {
 	return p
 }
 
-// x2nModP[k] is x^(2^k) modulo the polynomial.
-var x2nModP = func() (t [32]uint32) {
+// x2nModP[k] is x^(2^k) modulo the polynomial, for every k a length in
+// bits can need. (zlib keeps 32 and wraps k around, as x^(2^32) is x for
+// its polynomial; for Castagnoli's it is not, and a piece of 512 MiB or
+// more combined wrongly that way.)
+var x2nModP = func() (t [64]uint32) {
 	p := uint32(1) << 30 // x^1
 	for k := range t {
 		t[k] = p
@@ -45,7 +48,7 @@ func crcCombine(crcA, crcB uint32, lenB int) uint32 {
 	k := 3               // lenB bytes are 8*lenB bits: x^(2^3) per byte
 	for n := uint64(lenB); n != 0; n >>= 1 {
 		if n&1 != 0 {
-			p = multModP(x2nModP[k&31], p)
+			p = multModP(x2nModP[k], p)
 		}
 		k++
 	}

@@ -36,6 +36,24 @@ func TestCRCCombine(t *testing.T) {
 	}
 }
 
+// TestCRCCombineLongPieces: pieces of 512 MiB and more (a key group's
+// blob can be that large) combine consistently. Shifting a CRC over n
+// zero bytes at once equals shifting it over n1 and then n-n1 bytes, for
+// lengths up to 2^40 bytes; computing their CRCs directly would take too
+// long for a test.
+func TestCRCCombineLongPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		crc := r.Uint32()
+		n := r.IntN(1 << 40)
+		n1 := r.IntN(n + 1)
+		whole := crcCombine(crc, 0, n)
+		if parts := crcCombine(crcCombine(crc, 0, n1), 0, n-n1); parts != whole {
+			t.Fatalf("shift over %d bytes: %08x at once, %08x over %d and %d", n, whole, parts, n1, n-n1)
+		}
+	}
+}
+
 func BenchmarkCRCCombine(b *testing.B) {
 	for i := range b.N {
 		crcCombine(uint32(i), 0x12345678, 1<<20+i)
