@@ -441,9 +441,9 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) error {
 }
 
 // writeState encodes a snapshot into part name and releases it as soon as
-// it is encoded, so that the garbage collector gets back what it kept
-// alive (the values the task has replaced since) while the part is made
-// durable.
+// it is encoded (key group by key group when streamed to a part file), so
+// that the garbage collector gets back what it kept alive (the values the
+// task has replaced since) while the part is made durable.
 func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) error {
 	pc, ok := p.(PartCreator)
 	if !ok {
@@ -459,8 +459,7 @@ func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) erro
 		snap.Release()
 		return err
 	}
-	_, err = snap.WriteTo(w)
-	snap.Release()
+	_, err = snap.WriteAndRelease(w)
 	if err != nil {
 		w.Abort()
 		return fmt.Errorf("encode: %w", err)

@@ -190,6 +190,12 @@ type Snapshot interface {
 	// each (WriteSummed when w is a SummedWriter); SplitBlobs splits such a
 	// stream again.
 	WriteTo(w io.Writer) (int64, error)
+	// WriteAndRelease is WriteTo followed by Release (also on an error),
+	// except that what the snapshot keeps alive of a key group, the values
+	// the task has replaced since, is let go as soon as the group's blob is
+	// written rather than at the end: the memory backend's heap holds less
+	// while a large snapshot is written.
+	WriteAndRelease(w io.Writer) (int64, error)
 	// Release frees what the snapshot holds, and lets the backend write in
 	// place what only the snapshot shared (the memory backend's writes stop
 	// copying). The snapshot is unusable after; calling Release again does

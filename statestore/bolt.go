@@ -707,4 +707,9 @@ func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
 	return s.snap.WriteTo(w)
 }
 
+func (o *boltSnapshot) WriteAndRelease(w io.Writer) (int64, error) {
+	defer o.Release()
+	return o.WriteTo(w)
+}
+
 func (o *boltSnapshot) Release() { o.s.end(snapReleased) }

@@ -946,6 +946,7 @@ type boltFrozen[S any] struct {
 
 func (f *boltFrozen[S]) name() string { return f.spec.name }
 func (f *boltFrozen[S]) kind() Kind   { return f.spec.kind }
+func (f *boltFrozen[S]) drop(int)     {} // the transaction holds the group, not the heap
 
 func (f *boltFrozen[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
 	return appendBucketGroup(dst, f.tx, f.spec.name, f.start+gi, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
@@ -986,6 +987,7 @@ type boltFrozenPending struct {
 
 func (f *boltFrozenPending) name() string { return f.name_ }
 func (f *boltFrozenPending) kind() Kind   { return f.kind_ }
+func (f *boltFrozenPending) drop(int)     {}
 
 func (f *boltFrozenPending) appendGroup(dst []byte, gi int, _ int64, _ *encoder) ([]byte, int, error) {
 	return appendBucketGroup(dst, f.tx, f.name_, f.start+gi, func(_ []byte, _ int64, v []byte) ([]byte, bool, error) {

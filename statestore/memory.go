@@ -373,6 +373,10 @@ type frozenState interface {
 	// appendGroup appends the entries of key group index gi to dst and
 	// returns it with their number.
 	appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error)
+	// drop forgets key group index gi, whose blob is written, so that the
+	// garbage collector may take back what only the snapshot kept of it
+	// (WriteAndRelease). appendGroup must not be called for gi again.
+	drop(gi int)
 }
 
 type frozenPending struct {
@@ -383,6 +387,8 @@ type frozenPending struct {
 
 func (f *frozenPending) name() string { return f.name_ }
 func (f *frozenPending) kind() Kind   { return f.kind_ }
+
+func (f *frozenPending) drop(gi int) { f.groups[gi] = nil }
 
 func (f *frozenPending) appendGroup(dst []byte, gi int, _ int64, _ *encoder) ([]byte, int, error) {
 	entries := f.groups[gi]
@@ -578,11 +584,26 @@ func growBuffer(dst []byte, used, done, groups int) []byte {
 	return dst
 }
 
-func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
+func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) { return s.writeTo(w, false) }
+
+func (s *memSnapshot) WriteAndRelease(w io.Writer) (int64, error) {
+	defer s.Release()
+	return s.writeTo(w, true)
+}
+
+// writeTo implements WriteTo, and with drop WriteAndRelease: each key
+// group is dropped from the snapshot once its blob is written, and the
+// timers once they are sorted.
+func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 	if s.states == nil && s.timers == nil {
 		return 0, nil
 	}
 	bw := s.blobWriter()
+	if drop {
+		for i := range s.timers {
+			s.timers[i].queues = [2]frozenQueue{} // bw.timers holds what the blobs need
+		}
+	}
 	sw, _ := w.(SummedWriter)
 	var buf []byte
 	var total int64
@@ -590,6 +611,11 @@ func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) {
 		var err error
 		if buf, err = bw.appendGroup(buf[:0], gi); err != nil {
 			return total, err
+		}
+		if drop {
+			for _, st := range s.states {
+				st.drop(gi)
+			}
 		}
 		if len(buf) == 0 {
 			continue

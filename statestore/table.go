@@ -601,6 +601,12 @@ type keyedEntry[S any] struct {
 func (f *frozenTable[S]) name() string { return f.spec.name }
 func (f *frozenTable[S]) kind() Kind   { return f.spec.kind }
 
+// drop forgets group index gi, and the scratch's pointers to its entries.
+func (f *frozenTable[S]) drop(gi int) {
+	f.groups[gi] = nil
+	clear(f.byKey)
+}
+
 // appendGroup appends the unexpired entries of group index gi, sorted by
 // key and namespace, to dst and returns it with their number.
 func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error) {
