@@ -17,6 +17,19 @@ import (
 // operator is closed when the benchmark ends.
 func openWindowBench(b *testing.B, body string) (pipeline.Operator, *statestore.Memory) {
 	b.Helper()
+	backend, err := statestore.NewMemory(statestore.Options{
+		KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return openWindowOn(b, body, backend), backend
+}
+
+// openWindowOn opens the operator of step body (one subtask of 128 key
+// groups) on backend.
+func openWindowOn(b *testing.B, body string, backend statestore.Backend) pipeline.Operator {
+	b.Helper()
 	spec, err := loadSteps(stepYAML(body))
 	if err != nil {
 		b.Fatal(err)
@@ -26,18 +39,12 @@ func openWindowBench(b *testing.B, body string) (pipeline.Operator, *statestore.
 		b.Fatal(err)
 	}
 	info := pipeline.SubtaskInfo{ID: "s", Parallelism: 1, MaxParallelism: 128, Logger: slog.Default(), Metrics: pipeline.NewMetrics()}
-	backend, err := statestore.NewMemory(statestore.Options{
-		KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	oc := &pipeline.OperatorContext{SubtaskInfo: info, KeyedState: func() (statestore.Backend, error) { return backend, nil }}
 	if err := op.Open(context.Background(), oc); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = op.Close() })
-	return op, backend
+	return op
 }
 
 // benchWindow drives the window operator of step (a key_by on id with

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // BenchmarkWindowCheckpointState measures what a checkpoint costs the
@@ -20,7 +22,9 @@ import (
 //   - update-after-release: the same after the snapshot was encoded and
 //     released: nothing is copied any more;
 //   - update: one record per key without snapshots (the baseline of the
-//     previous ones).
+//     previous ones);
+//   - restore-bbolt: restoring a snapshot into a new bbolt backend and
+//     opening a window operator on it, which registers (adopts) the state.
 //
 // 200,000 keys (about 200 MiB); EDDY_BENCH_LARGE=1: 1,000,000 (1 GiB).
 //
@@ -30,7 +34,8 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 	if os.Getenv("EDDY_BENCH_LARGE") != "" {
 		keys = 1_000_000
 	}
-	op, backend := openWindowBench(b, "key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)")
+	const body = "key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)"
+	op, backend := openWindowBench(b, body)
 	// Two records per key with distinct payloads, alternated: each update
 	// replaces the payload the key holds.
 	filler := strings.Repeat("x", 1000)
@@ -108,6 +113,44 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 	b.Run("update", func(b *testing.B) {
 		for b.Loop() {
 			updateAll()
+		}
+		perKey(b)
+	})
+	b.Run("restore-bbolt", func(b *testing.B) {
+		s, err := backend.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var stream bytes.Buffer
+		if _, err := s.WriteAndRelease(&stream); err != nil {
+			b.Fatal(err)
+		}
+		var blobs [][]byte
+		if err := statestore.SplitBlobs(stream.Bytes(), func(_ int, blob []byte) error {
+			blobs = append(blobs, blob)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			bb, err := statestore.NewBolt(statestore.BoltOptions{Options: statestore.Options{
+				KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
+			}, Dir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if err := bb.Restore(blobs...); err != nil {
+				b.Fatal(err)
+			}
+			openWindowOn(b, body, bb)
+			b.StopTimer()
+			if err := bb.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
 		}
 		perKey(b)
 	})

@@ -2,6 +2,8 @@ package operators
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
@@ -37,4 +39,50 @@ func TestPrefetchNil(t *testing.T) {
 	require.Zero(t, (*accBox)(nil).Prefetch())
 	require.Zero(t, (*aggRow)(nil).Prefetch())
 	require.Equal(t, uint64(3), (&accBox{raw: []byte{1, 2, 3}}).Prefetch())
+}
+
+// CheckCBOR accepts exactly what UnmarshalCBOR accepts: over hand-picked
+// encodings and random mutations of a real one.
+func TestAccBoxCheckCBOR(t *testing.T) {
+	row, err := cbor.Marshal([]any{int64(7), 2.5, "payload"})
+	require.NoError(t, err)
+	valid, err := (&accBox{raw: row, maxTime: 1700000000123}).MarshalCBOR()
+	require.NoError(t, err)
+	enc := func(v any) []byte {
+		b, err := cbor.Marshal(v)
+		require.NoError(t, err)
+		return b
+	}
+	inputs := [][]byte{
+		valid, {}, {0xf6}, {0xf7}, {0x80}, {0x81, 0x01}, {0x82, 0x01}, append(valid, 0x00),
+		enc([]any{row, 1.5}), enc([]any{row, "x"}), enc([]any{nil, -3}), enc([]any{map[string]int{"a": 1}, 0}),
+		enc([]any{row, uint64(math.MaxUint64)}), enc([]any{row, int64(math.MinInt64)}), enc([]any{1, 2, 3}),
+		enc(map[string]any{"Row": row, "MaxTime": 1}), enc(cbor.Tag{Number: 55799, Content: []any{1, 2}}),
+		enc([]any{cbor.Tag{Number: 1, Content: 5}, 9}), enc([]any{cbor.Tag{Number: 2, Content: []byte{1}}, 9}),
+		{0x9f, 0x01, 0x02, 0xff}, {0x9f, 0x01, 0x02, 0x03, 0xff}, {0x82, 0x62, 0xff, 0xfe, 0x01}, // invalid UTF-8 row
+	}
+	for i := range valid {
+		inputs = append(inputs, valid[:i]) // every truncation
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20_000 {
+		m := slices.Clone(valid)
+		for range 1 + rng.IntN(3) {
+			m[rng.IntN(len(m))] = byte(rng.IntN(256))
+		}
+		inputs = append(inputs, m)
+	}
+	accepted, rejected := 0, 0
+	for _, in := range inputs {
+		uerr := new(accBox).UnmarshalCBOR(in)
+		cerr := (*accBox)(nil).CheckCBOR(in)
+		require.Equal(t, uerr == nil, cerr == nil, "input %x: UnmarshalCBOR %v, CheckCBOR %v", in, uerr, cerr)
+		if uerr == nil {
+			accepted++
+		} else {
+			rejected++
+		}
+	}
+	require.Greater(t, accepted, 100)
+	require.Greater(t, rejected, 100)
 }

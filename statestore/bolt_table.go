@@ -818,17 +818,18 @@ func (t *boltTable[S]) adopt(bkt *bolt.Bucket, now int64) error {
 }
 
 // checkValues checks that the value of every record of bkt decodes into
-// S (ErrIncompatibleState), batch by batch on several goroutines: the
-// records are read in a transaction that writes nothing meanwhile.
+// S (ErrIncompatibleState; with CheckCBOR where S has it), batch by batch
+// on several goroutines: the records are read in a transaction that writes
+// nothing meanwhile.
 func (t *boltTable[S]) checkValues(bkt *bolt.Bucket) error {
 	const batch, chunk = 8192, 256
 	keys := make([][]byte, 0, batch)
 	raws := make([][]byte, 0, batch)
 	check := func() error {
 		err := forEachParallel((len(raws)+chunk-1)/chunk, func(c int) error {
+			decodes := valueChecker[S]()
 			for i := c * chunk; i < min((c+1)*chunk, len(raws)); i++ {
-				var v S
-				if err := decMode.Unmarshal(raws[i], &v); err != nil {
+				if err := decodes(raws[i]); err != nil {
 					esc, _, kerr := splitKey(keys[i])
 					if kerr != nil {
 						return kerr

@@ -163,6 +163,48 @@ type CBORAppender interface {
 	AppendCBOR(dst []byte) ([]byte, error)
 }
 
+// CBORChecker is implemented by state values that can check an encoding
+// without building a value from it. CheckCBOR(data) must fail exactly when
+// UnmarshalCBOR(data) fails, and must not use its receiver: it is called on
+// the type's zero value (a nil pointer for a pointer type). The bbolt
+// backend checks with it, where present, the records of a restored state
+// that it keeps as they are, instead of decoding each into a value that is
+// thrown away (a window's accumulator copies its row, 1 KiB and more, to
+// decode).
+type CBORChecker interface {
+	CheckCBOR(data []byte) error
+}
+
+// cborCheck decodes by calling c's CheckCBOR where decoding into the
+// value would call its UnmarshalCBOR, so that the decoder's own checks
+// (well-formedness, limits, tags) are the same.
+type cborCheck struct{ c CBORChecker }
+
+func (t *cborCheck) UnmarshalCBOR(data []byte) error { return t.c.CheckCBOR(data) }
+
+// valueChecker returns a function that reports whether data decodes into
+// an S (with decMode), by CheckCBOR where S has it. The function is for one
+// goroutine.
+func valueChecker[S any]() func(data []byte) error {
+	c, ok := any(*new(S)).(CBORChecker)
+	if !ok {
+		return func(data []byte) error {
+			var v S
+			return decMode.Unmarshal(data, &v)
+		}
+	}
+	// CBOR null or undefined decodes into a pointer as nil, without
+	// calling UnmarshalCBOR.
+	ptr := reflect.TypeFor[S]().Kind() == reflect.Pointer
+	t := &cborCheck{c: c}
+	return func(data []byte) error {
+		if ptr && len(data) == 1 && (data[0] == 0xf6 || data[0] == 0xf7) {
+			return nil
+		}
+		return decMode.Unmarshal(data, t)
+	}
+}
+
 // valueAppender returns how snapshots append a state value of type S: by
 // hand for the types that state mostly holds (the cbor package's bytes for
 // them, checked by the golden snapshot test), with the cbor package for the
