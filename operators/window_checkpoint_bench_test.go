@@ -23,6 +23,10 @@ import (
 //     released: nothing is copied any more;
 //   - update: one record per key without snapshots (the baseline of the
 //     previous ones);
+//   - update-while-written: the task updating every key, over and over,
+//     while a snapshot is written on another goroutine (WriteTo and then
+//     Release, or WriteAndRelease, which lets go of each key group once it
+//     is written, so that its updates stop copying), per update;
 //   - restore-bbolt: restoring a snapshot into a new bbolt backend and
 //     opening a window operator on it, which registers (adopts) the state.
 //
@@ -116,6 +120,47 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 		}
 		perKey(b)
 	})
+	for _, release := range []bool{false, true} {
+		name := "update-while-written/WriteTo"
+		if release {
+			name = "update-while-written/WriteAndRelease"
+		}
+		b.Run(name, func(b *testing.B) {
+			updated := 0
+			for b.Loop() {
+				b.StopTimer()
+				s, err := backend.Snapshot()
+				if err != nil {
+					b.Fatal(err)
+				}
+				done := make(chan error, 1)
+				b.StartTimer()
+				go func() {
+					var err error
+					if release {
+						_, err = s.WriteAndRelease(io.Discard)
+					} else {
+						_, err = s.WriteTo(io.Discard)
+						s.Release()
+					}
+					done <- err
+				}()
+				for written := false; !written; {
+					updateAll()
+					updated++
+					select {
+					case err := <-done:
+						if err != nil {
+							b.Fatal(err)
+						}
+						written = true
+					default:
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(updated*keys), "ns/update")
+		})
+	}
 	b.Run("restore-bbolt", func(b *testing.B) {
 		s, err := backend.Snapshot()
 		if err != nil {

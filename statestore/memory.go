@@ -29,6 +29,11 @@ type Memory struct {
 	liveMu sync.Mutex
 	live   map[uint64]int
 	shared atomic.Uint64
+	// written[gi] is shared's value when the snapshot it stands for, the
+	// only live one, has written key group index gi and let go of it
+	// (WriteAndRelease): while shared keeps that value, no snapshot holds
+	// the group, and its writes need no copy.
+	written []atomic.Uint64
 
 	states   map[string]registered
 	pending  map[string]*pendingState
@@ -75,6 +80,7 @@ func NewMemory(opts Options) (*Memory, error) {
 		pending:  map[string]*pendingState{},
 		timers:   map[string]*TimerService{},
 		restored: map[int]bool{},
+		written:  make([]atomic.Uint64, opts.KeyGroups[1]-opts.KeyGroups[0]),
 	}, nil
 }
 
@@ -267,6 +273,19 @@ func (m *Memory) released(gen uint64) {
 		shared = max(shared, g+1)
 	}
 	m.shared.Store(shared)
+}
+
+// groupWritten is called by the snapshot of generation gen, on the
+// goroutine that encodes it, once it has written key group index gi and
+// let go of it. When it is the only live snapshot, writes to the group stop
+// copying (written); a snapshot taken after changes shared, and with it
+// the group is copied on write again.
+func (m *Memory) groupWritten(gen uint64, gi int) {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if len(m.live) == 1 && m.live[gen] == 1 {
+		m.written[gi].Store(gen + 1)
+	}
 }
 
 func cmpString(a, b string) int {
@@ -615,6 +634,9 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 		if drop {
 			for _, st := range s.states {
 				st.drop(gi)
+			}
+			if s.m != nil {
+				s.m.groupWritten(s.gen, gi)
 			}
 		}
 		if len(buf) == 0 {

@@ -20,8 +20,11 @@ import (
 // entry (its slots, values copied with the descriptor's Copy function), so
 // the snapshot can be encoded on another goroutine while the task writes.
 // Once the snapshot is released, what only it shared is written in place
-// again. Reads never copy. The invariant: an object whose gen is below the
-// backend's shared (that of a live snapshot, plus one) is never written.
+// again, and so is a key group that it has written and let go of
+// (WriteAndRelease) while no other snapshot lives. Reads never copy. The
+// invariant: an object whose gen is below the backend's shared (that of a
+// live snapshot, plus one) is never written, unless it is in a key group
+// that no live snapshot holds any more.
 
 // nsIndexThreshold is the number of namespaces of one key above which the
 // entry gets a map from namespace to slot.
@@ -213,6 +216,9 @@ func (t *table[S]) lookup(key, ns string) *slot[S] {
 // returns nil when the key has none.
 func (t *table[S]) writable(gi int, key string, create bool) (*group[S], *keyEntry[S]) {
 	gen, shared := t.m.gen, t.m.shared.Load()
+	if shared != 0 && t.m.written[gi].Load() == shared {
+		shared = 0 // the only live snapshot has written this group
+	}
 	g := t.groups[gi]
 	var e *keyEntry[S]
 	if g != nil {
