@@ -191,10 +191,11 @@ type Snapshot interface {
 	// stream again.
 	WriteTo(w io.Writer) (int64, error)
 	// WriteAndRelease is WriteTo followed by Release (also on an error),
-	// except that what the snapshot keeps alive of a key group, the values
-	// the task has replaced since, is let go as soon as the group's blob is
-	// written rather than at the end: the memory backend's heap holds less
-	// while a large snapshot is written.
+	// except that the snapshot lets go of each key group as soon as the
+	// group's blob is encoded rather than at the end: the memory backend's
+	// heap no longer holds the values the task has replaced in it since,
+	// and, while no other snapshot lives, the task's writes to it stop
+	// copying.
 	WriteAndRelease(w io.Writer) (int64, error)
 	// Release frees what the snapshot holds, and lets the backend write in
 	// place what only the snapshot shared (the memory backend's writes stop
