@@ -466,7 +466,7 @@ func registerBolt[S, H any](b *Bolt, spec stateSpec, fn tableFuncs[S], wrap func
 }
 
 // Snapshot implements Backend. It writes the dirty cache entries, opens a
-// read transaction that the snapshot encodes from, and copies the timers.
+// read transaction that the snapshot encodes from, and captures the timers.
 func (b *Bolt) Snapshot() (Snapshot, error) {
 	if b.closed {
 		return nil, ErrClosed

@@ -223,7 +223,8 @@ func register[S, H any](m *Memory, spec stateSpec, fn tableFuncs[S], wrap func(*
 }
 
 // Snapshot implements Backend. It copies, per state, the slice of key-group
-// pointers and, per timer service, the timers; then it bumps the generation,
+// pointers and, per timer service, the slice of its record chunks (copied
+// on write, timers.go); then it bumps the generation,
 // which freezes every group and entry the snapshot references (table.go).
 func (m *Memory) Snapshot() (Snapshot, error) {
 	if m.closed {

@@ -2,6 +2,7 @@ package statestore_test
 
 import (
 	"bytes"
+	"math"
 	"runtime"
 	"strconv"
 	"testing"
@@ -178,6 +179,50 @@ func TestWriteAndReleaseWhileTheTaskWrites(t *testing.T) {
 			for i, k := range ks {
 				f.fill(k, i+round*10_000)
 			}
+			require.NoError(t, f.tm.AdvanceWatermark(int64(1000+round%7), func(statestore.Timer) error { return nil }))
 		}
+	})
+}
+
+// A snapshot's timers are those registered when it was taken, whatever the
+// task does to its timers afterwards: firing, deleting and registering
+// timers (which reuses freed records), down to none (which drops the
+// records) and up again, over several chunks of records.
+func TestSnapshotTimersCopiedOnWrite(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, o *opener) {
+		b := o.all()
+		tm := b.TimerService("w")
+		ks := keys(3000)
+		for i, k := range ks {
+			tm.RegisterEventTimer(k, "", int64(i))
+			tm.RegisterProcessingTimer(k, "ns", int64(i%50))
+		}
+		want := writeSnapshot(t, b)
+
+		s, err := b.Snapshot()
+		require.NoError(t, err)
+		fired := 0
+		fire := func(statestore.Timer) error { fired++; return nil }
+		require.NoError(t, tm.AdvanceWatermark(1499, fire))
+		for i, k := range ks[1500:2000] {
+			tm.DeleteEventTimer(k, "", int64(1500+i))
+		}
+		for i, k := range ks[:700] {
+			tm.RegisterEventTimer(k, "again", int64(10_000+i))
+		}
+		require.NoError(t, tm.AdvanceProcessingTime(49, fire))
+		require.Equal(t, 1500+len(ks), fired)
+		require.Equal(t, 0, tm.Len(statestore.ProcessingTime))
+		require.NoError(t, tm.AdvanceWatermark(math.MaxInt64, fire)) // none left: the records are dropped
+		require.Equal(t, 0, tm.Len(statestore.EventTime))
+		for _, k := range ks[:1200] {
+			tm.RegisterEventTimer(k, "later", 5)
+		}
+
+		var got bytes.Buffer
+		_, err = s.WriteAndRelease(&got)
+		require.NoError(t, err)
+		require.Equal(t, want, got.Bytes())
+		require.Equal(t, 1200, tm.Len(statestore.EventTime))
 	})
 }

@@ -81,7 +81,7 @@ func (s *TimerService) Timers(d Domain) iter.Seq[Timer] {
 		}
 		q := &s.queues[d]
 		for _, h := range q.heap {
-			id := q.recs[h.rec].id
+			id := q.rec(h.rec).id
 			if !yield(Timer{Key: id.key, Namespace: id.ns, Timestamp: id.ts}) {
 				return
 			}
@@ -195,15 +195,16 @@ func (m *Memory) restoreTimers(decoded []decodedBlob) {
 	}
 }
 
-// freeze copies the timers for a snapshot: two memmoves per domain (the
-// records and the heap), O(timers) but a few bytes per timer.
+// freeze captures the timers for a snapshot: the chunks of records, which
+// the queue copies before it next writes one (O(timers / recChunk)).
 func (s *TimerService) freeze() frozenTimers {
 	f := frozenTimers{name: s.name}
 	for d := range s.queues {
 		q := &s.queues[d]
 		f.n += len(q.heap)
 		if len(q.heap) > 0 {
-			f.queues[d] = frozenQueue{recs: slices.Clone(q.recs), heap: slices.Clone(q.heap)}
+			f.queues[d] = frozenQueue{chunks: slices.Clone(q.chunks), n: q.nrecs}
+			q.gen++
 		}
 	}
 	return f
@@ -214,13 +215,17 @@ type timerID struct {
 	ts      int64
 }
 
-// timerRec is a registered timer; records live in one slice, reused through
-// a free list, so that a snapshot copies them with one memmove.
+// timerRec is a registered timer; records live in chunks, reused through a
+// free list, which snapshots share until the queue writes them (copy on
+// write, a chunk at a time). A record's place in the heap is kept apart
+// (timerQueue.pos), so that the heap's moves do not write the records.
 type timerRec struct {
 	id    timerID
-	group int32 // key group index (key group - start)
-	pos   int32 // index in the heap
+	group int32 // key group index (key group - start); -1: free
 }
+
+// recChunk is the number of records of a chunk.
+const recChunk = 1024
 
 // heapEntry orders the heap without touching the records: by timestamp,
 // then by registration order (seq), so ties fire first-registered first.
@@ -237,11 +242,34 @@ func (a heapEntry) less(b heapEntry) bool {
 // timerQueue is a binary min-heap of timers plus a set for deduplication and
 // deletion in O(log n).
 type timerQueue struct {
-	recs []timerRec
-	free []int32
-	heap []heapEntry
-	set  map[timerID]int32 // -> index in recs
-	seq  uint64
+	// chunks hold the records: record ri is chunks[ri/recChunk][ri%recChunk],
+	// for ri < nrecs. A chunk whose stamp is below gen may be shared with a
+	// snapshot (freeze bumps gen) and is copied before it is written.
+	chunks [][]timerRec
+	stamp  []uint64 // by chunk
+	gen    uint64
+	nrecs  int
+	pos    []int32 // by record: its index in heap
+	free   []int32
+	heap   []heapEntry
+	set    map[timerID]int32 // -> record
+	seq    uint64
+}
+
+// rec returns record ri for reading.
+func (q *timerQueue) rec(ri int32) *timerRec {
+	return &q.chunks[ri/recChunk][ri%recChunk]
+}
+
+// writable returns record ri for writing, its chunk copied first if a
+// snapshot may share it.
+func (q *timerQueue) writable(ri int32) *timerRec {
+	c := ri / recChunk
+	if q.stamp[c] < q.gen {
+		q.chunks[c] = slices.Clone(q.chunks[c])
+		q.stamp[c] = q.gen
+	}
+	return &q.chunks[c][ri%recChunk]
 }
 
 func (q *timerQueue) peek() (int64, bool) {
@@ -261,7 +289,9 @@ func (q *timerQueue) reserve(n int) {
 	if len(q.set) == 0 {
 		q.set = make(map[timerID]int32, n)
 	}
-	q.recs = slices.Grow(q.recs, n)
+	q.chunks = slices.Grow(q.chunks, max(0, (q.nrecs+n)/recChunk+1-len(q.chunks)))
+	q.stamp = slices.Grow(q.stamp, cap(q.chunks)-len(q.stamp))
+	q.pos = slices.Grow(q.pos, n)
 	q.heap = slices.Grow(q.heap, n)
 }
 
@@ -270,11 +300,17 @@ func (q *timerQueue) push(id timerID, group int32) {
 	if n := len(q.free); n > 0 {
 		ri, q.free = q.free[n-1], q.free[:n-1]
 	} else {
-		q.recs = append(q.recs, timerRec{})
-		ri = int32(len(q.recs) - 1)
+		ri = int32(q.nrecs)
+		q.nrecs++
+		if q.nrecs > len(q.chunks)*recChunk {
+			q.chunks = append(q.chunks, make([]timerRec, recChunk))
+			q.stamp = append(q.stamp, q.gen)
+		}
+		q.pos = append(q.pos, 0)
 	}
 	pos := len(q.heap)
-	q.recs[ri] = timerRec{id: id, group: group, pos: int32(pos)}
+	*q.writable(ri) = timerRec{id: id, group: group}
+	q.pos[ri] = int32(pos)
 	q.set[id] = ri
 	q.seq++
 	q.heap = append(q.heap, heapEntry{ts: id.ts, seq: q.seq, rec: ri})
@@ -283,7 +319,7 @@ func (q *timerQueue) push(id timerID, group int32) {
 
 func (q *timerQueue) pop() Timer {
 	ri := q.heap[0].rec
-	id := q.recs[ri].id
+	id := q.rec(ri).id
 	q.removeAt(0)
 	delete(q.set, id)
 	q.release(ri)
@@ -296,15 +332,15 @@ func (q *timerQueue) delete(id timerID) {
 		return
 	}
 	delete(q.set, id)
-	q.removeAt(int(q.recs[ri].pos))
+	q.removeAt(int(q.pos[ri]))
 	q.release(ri)
 }
 
 func (q *timerQueue) release(ri int32) {
-	q.recs[ri] = timerRec{}
+	*q.writable(ri) = timerRec{group: -1}
 	q.free = append(q.free, ri)
-	if len(q.heap) == 0 { // drop the records a burst left
-		q.recs, q.free = q.recs[:0], q.free[:0]
+	if len(q.heap) == 0 { // start over: the chunks are reused, copied first if shared
+		q.nrecs, q.pos, q.free = 0, q.pos[:0], q.free[:0]
 	}
 }
 
@@ -324,8 +360,8 @@ func (q *timerQueue) removeAt(i int) {
 func (q *timerQueue) swap(i, j int) {
 	h := q.heap
 	h[i], h[j] = h[j], h[i]
-	q.recs[h[i].rec].pos = int32(i)
-	q.recs[h[j].rec].pos = int32(j)
+	q.pos[h[i].rec] = int32(i)
+	q.pos[h[j].rec] = int32(j)
 }
 
 func (q *timerQueue) up(j int) {
@@ -369,9 +405,22 @@ type frozenTimers struct {
 	queues [2]frozenQueue
 }
 
+// frozenQueue is a timer queue's records as a snapshot saw them: the first
+// n records of chunks (free ones have group -1).
 type frozenQueue struct {
-	recs []timerRec
-	heap []heapEntry
+	chunks [][]timerRec
+	n      int
+}
+
+// each calls yield with each of the queue's registered timers.
+func (f *frozenQueue) each(yield func(*timerRec)) {
+	for c, chunk := range f.chunks {
+		for i := range chunk[:min(recChunk, f.n-c*recChunk)] {
+			if r := &chunk[i]; r.group >= 0 {
+				yield(r)
+			}
+		}
+	}
 }
 
 // sorted returns the timers by (group, domain, ts, key, ns), the order of
@@ -379,32 +428,26 @@ type frozenQueue struct {
 // then each group is sorted: fewer comparisons, each of which may read the
 // key's bytes.
 func (f *frozenTimers) sorted() []frozenTimer {
-	groups := 0
+	var at []int // at[g+1]: group g's timers, then where group g+1's start
 	for d := range f.queues {
-		q := &f.queues[d]
-		for _, h := range q.heap {
-			groups = max(groups, int(q.recs[h.rec].group)+1)
-		}
+		f.queues[d].each(func(r *timerRec) {
+			if int(r.group)+2 > len(at) {
+				at = append(at, make([]int, int(r.group)+2-len(at))...)
+			}
+			at[r.group+1]++
+		})
 	}
-	at := make([]int, groups+1) // at[g]: where group g's timers start
-	for d := range f.queues {
-		q := &f.queues[d]
-		for _, h := range q.heap {
-			at[q.recs[h.rec].group+1]++
-		}
-	}
+	groups := max(len(at)-1, 0)
 	for g := 1; g <= groups; g++ {
 		at[g] += at[g-1]
 	}
 	out := make([]frozenTimer, f.n)
 	next := slices.Clone(at[:groups])
 	for d := range f.queues {
-		q := &f.queues[d]
-		for _, h := range q.heap {
-			r := &q.recs[h.rec]
+		f.queues[d].each(func(r *timerRec) {
 			out[next[r.group]] = frozenTimer{group: r.group, domain: Domain(d), id: r.id}
 			next[r.group]++
-		}
+		})
 	}
 	for g := range groups {
 		slices.SortFunc(out[at[g]:at[g+1]], frozenTimerCompare)
