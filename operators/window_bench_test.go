@@ -23,11 +23,13 @@ func openWindowBench(b *testing.B, body string) (pipeline.Operator, *statestore.
 	if err != nil {
 		b.Fatal(err)
 	}
-	return openWindowOn(b, body, backend), backend
+	op := openWindowOn(b, body, backend)
+	b.Cleanup(func() { _ = op.Close() })
+	return op, backend
 }
 
 // openWindowOn opens the operator of step body (one subtask of 128 key
-// groups) on backend.
+// groups) on backend; the caller closes it.
 func openWindowOn(b *testing.B, body string, backend statestore.Backend) pipeline.Operator {
 	b.Helper()
 	spec, err := loadSteps(stepYAML(body))
@@ -43,7 +45,6 @@ func openWindowOn(b *testing.B, body string, backend statestore.Backend) pipelin
 	if err := op.Open(context.Background(), oc); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = op.Close() })
 	return op
 }
 

@@ -190,8 +190,11 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 			if err := bb.Restore(blobs...); err != nil {
 				b.Fatal(err)
 			}
-			openWindowOn(b, body, bb)
+			op := openWindowOn(b, body, bb)
 			b.StopTimer()
+			if err := op.Close(); err != nil {
+				b.Fatal(err)
+			}
 			if err := bb.Close(); err != nil {
 				b.Fatal(err)
 			}

@@ -30,7 +30,7 @@ type Memory struct {
 	live   map[uint64]int
 	shared atomic.Uint64
 	// written[gi] is shared's value when the snapshot it stands for, the
-	// only live one, has written key group index gi and let go of it
+	// only live one, has encoded key group index gi and let go of it
 	// (WriteAndRelease): while shared keeps that value, no snapshot holds
 	// the group, and its writes need no copy.
 	written []atomic.Uint64
@@ -277,7 +277,7 @@ func (m *Memory) released(gen uint64) {
 }
 
 // groupWritten is called by the snapshot of generation gen, on the
-// goroutine that encodes it, once it has written key group index gi and
+// goroutine that encodes it, once it has encoded key group index gi and
 // let go of it. When it is the only live snapshot, writes to the group stop
 // copying (written); a snapshot taken after changes shared, and with it
 // the group is copied on write again.
@@ -393,7 +393,7 @@ type frozenState interface {
 	// appendGroup appends the entries of key group index gi to dst and
 	// returns it with their number.
 	appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error)
-	// drop forgets key group index gi, whose blob is written, so that the
+	// drop forgets key group index gi, whose blob is encoded, so that the
 	// garbage collector may take back what only the snapshot kept of it
 	// (WriteAndRelease). appendGroup must not be called for gi again.
 	drop(gi int)
@@ -612,7 +612,7 @@ func (s *memSnapshot) WriteAndRelease(w io.Writer) (int64, error) {
 }
 
 // writeTo implements WriteTo, and with drop WriteAndRelease: each key
-// group is dropped from the snapshot once its blob is written, and the
+// group is dropped from the snapshot once its blob is encoded, and the
 // timers once they are sorted.
 func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 	if s.states == nil && s.timers == nil {
