@@ -224,5 +224,16 @@ func TestSnapshotTimersCopiedOnWrite(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got.Bytes())
 		require.Equal(t, 1200, tm.Len(statestore.EventTime))
+
+		// A snapshot of the fewer timers registered since the queue emptied
+		// (it keeps its chunks) has those and no others.
+		r := o.all()
+		restoreAll(t, r, writeSnapshot(t, b))
+		rt := r.TimerService("w")
+		require.Equal(t, 1200, rt.Len(statestore.EventTime))
+		require.Equal(t, 0, rt.Len(statestore.ProcessingTime))
+		for tmr := range rt.Timers(statestore.EventTime) {
+			require.Equal(t, "later", tmr.Namespace)
+		}
 	})
 }

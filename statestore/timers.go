@@ -203,7 +203,10 @@ func (s *TimerService) freeze() frozenTimers {
 		q := &s.queues[d]
 		f.n += len(q.heap)
 		if len(q.heap) > 0 {
-			f.queues[d] = frozenQueue{chunks: slices.Clone(q.chunks), n: q.nrecs}
+			// The chunks in use: a queue that emptied keeps the chunks it
+			// had, past nrecs.
+			used := (q.nrecs + recChunk - 1) / recChunk
+			f.queues[d] = frozenQueue{chunks: slices.Clone(q.chunks[:used]), n: q.nrecs}
 			q.gen++
 		}
 	}
@@ -406,7 +409,8 @@ type frozenTimers struct {
 }
 
 // frozenQueue is a timer queue's records as a snapshot saw them: the first
-// n records of chunks (free ones have group -1).
+// n records of chunks, the chunks that hold them (free ones have group
+// -1).
 type frozenQueue struct {
 	chunks [][]timerRec
 	n      int
