@@ -872,8 +872,11 @@ func checkWindowsExact(t *testing.T, want, got []string) {
 // effect of records its source positions are before: a window may count a
 // replayed record twice, and a window that fired before the checkpoint may
 // fire again after the restore with only the replayed records, so extra
-// results (larger, or partial) are allowed. A result for a window that has
-// no records is an error.
+// results (larger, or partial) are allowed. A partial result may even
+// count a replayed record twice and miss another, when it fired before the
+// missing one was replayed: {x, y, x, y} of a window of {x, y, z} (seen
+// with n=4 beside the complete n=3), so the largest count is not the
+// result to check. A result for a window that has no records is an error.
 func checkWindowsAtLeastOnce(t *testing.T, want, got []string) {
 	t.Helper()
 	w, g := windowResults(t, want), windowResults(t, got)
@@ -883,13 +886,7 @@ func checkWindowsAtLeastOnce(t *testing.T, want, got []string) {
 		}
 	}
 	for k, ws := range w {
-		best := windowAgg{}
-		for _, a := range g[k] {
-			if a.n > best.n {
-				best = a
-			}
-		}
-		if best.n < ws[0].n || best.total < ws[0].total {
+		if !slices.ContainsFunc(g[k], func(a windowAgg) bool { return a.n >= ws[0].n && a.total >= ws[0].total }) {
 			require.Failf(t, "records missing", "key %s, window %d: expected n=%d total=%d, got results %v",
 				k.key, k.start, ws[0].n, ws[0].total, g[k])
 		}
