@@ -255,11 +255,14 @@ type boltTable[S any] struct {
 	enc     encoder
 	// appendValue encodes a value (valueAppender).
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
+	// checkValue reports whether a record value decodes into S
+	// (valueChecker), on the task goroutine.
+	checkValue func(data []byte) error
 }
 
 func newBoltTable[S any](b *Bolt, spec stateSpec, fn tableFuncs[S]) *boltTable[S] {
 	t := &boltTable[S]{b: b, spec: spec, slotTTL: spec.ttl, fn: fn, bucket: []byte(spec.name), cache: map[string]*boltEntry[S]{},
-		appendValue: valueAppender[S]()}
+		appendValue: valueAppender[S](), checkValue: valueChecker[S]()}
 	if spec.kind == KindMap {
 		t.slotTTL = 0
 	}
@@ -719,8 +722,18 @@ func (t *boltTable[S]) restoredSlot(ts int64, v S, now int64) (int64, S, bool) {
 // restoreValue decodes a snapshot entry's value, applies the restore rules
 // and returns the entry's new record value appended to dst, or nil when
 // the entry is left out. Unless the rules fix values (map states), the
-// value is decoded only to check that it decodes: the record keeps raw.
+// value is only checked (checkValue, as adopt does): the record keeps raw.
 func (t *boltTable[S]) restoreValue(dst []byte, key string, ts int64, raw []byte, now int64) ([]byte, error) {
+	if t.fn.restored == nil {
+		if err := t.checkValue(raw); err != nil {
+			return nil, errIncompatibleValue(t.spec, key, err)
+		}
+		ts, _, keep := t.restoredSlot(ts, *new(S), now)
+		if !keep {
+			return nil, nil
+		}
+		return appendValue(dst, ts, raw), nil
+	}
 	var v S
 	if err := decMode.Unmarshal(raw, &v); err != nil {
 		return nil, errIncompatibleValue(t.spec, key, err)
@@ -728,9 +741,6 @@ func (t *boltTable[S]) restoreValue(dst []byte, key string, ts int64, raw []byte
 	ts, v, keep := t.restoredSlot(ts, v, now)
 	if !keep {
 		return nil, nil
-	}
-	if t.fn.restored == nil {
-		return appendValue(dst, ts, raw), nil
 	}
 	b, err := t.encodeValue(&v, key)
 	if err != nil {
