@@ -214,6 +214,9 @@ func (c *SinkConfig) producerConfig(delivery, txnID string) (*sarama.Config, err
 	sc.Producer.Flush.Frequency = c.Linger.D()
 	sc.Producer.Flush.Bytes = c.BatchBytes
 	sc.Producer.Return.Errors = true
+	// Successes are counted in every mode: barriers wait for them except
+	// with delivery none, Close always (see output).
+	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = c.partitioner()
 	switch delivery {
 	case DeliveryNone:
@@ -221,7 +224,6 @@ func (c *SinkConfig) producerConfig(delivery, txnID string) (*sarama.Config, err
 	default:
 		sc.Producer.RequiredAcks = sarama.WaitForAll
 		sc.Producer.Idempotent = true
-		sc.Producer.Return.Successes = true
 		sc.Net.MaxOpenRequests = 1
 	}
 	if delivery == DeliveryExactlyOnce {
@@ -379,7 +381,7 @@ func (s *sink) open(ctx context.Context, sc *pipeline.SinkContext) error {
 	if err != nil {
 		return s.errorf("start the producer: %w", err)
 	}
-	s.out = newOutput(p, pc.Producer.Return.Successes)
+	s.out = newOutput(p)
 	return nil
 }
 
@@ -427,6 +429,12 @@ func (s *sink) Flush(ctx context.Context) error {
 	if out == nil {
 		return nil
 	}
+	if s.delivery == DeliveryNone {
+		if err := out.failure(); err != nil {
+			return s.fail(s.errorf("%w", err))
+		}
+		return nil
+	}
 	if err := out.flush(ctx); err != nil {
 		if ctx.Err() != nil {
 			return s.errorf("flush: %w", err)
@@ -471,7 +479,9 @@ func (s *sink) Commit(ctx context.Context, committables [][]byte) error {
 	return nil
 }
 
-// Close stops the producers. With transactions it aborts the open
+// Close stops the producers after the broker acknowledged every record
+// written (with delivery none too: a batch the producer retried while it
+// stopped would be failed as "shutting down"). With transactions it aborts the open
 // transaction (records after the last barrier, which a restore replays)
 // and leaves the pre-committed ones to the restore, which commits those
 // of the restored checkpoint and aborts the others. A graceful end has

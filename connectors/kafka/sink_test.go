@@ -8,11 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	_ "github.com/eddy-stream/eddy/connectors/generator" // the source of the pipeline test
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
@@ -929,4 +932,31 @@ sinks:
 	require.Equal(t, map[string]string{
 		"0": `{"c":150,"g":0}`, "1": `{"c":150,"g":1}`, "2": `{"c":150,"g":2}`, "3": `{"c":150,"g":3}`,
 	}, latest)
+}
+
+// TestSinkCloseWaitsForRetriedRecords: Close returns only after the broker
+// acknowledged every record, in every delivery mode. The broker drops the
+// connection of the first Produce request, so the producer retries the
+// batch on a new one; a Close that stopped the producer during that retry
+// failed the batch with "producer in process of shutting down" (kfake
+// only: a real broker cannot be told to drop one request).
+func TestSinkCloseWaitsForRetriedRecords(t *testing.T) {
+	for _, delivery := range []string{DeliveryNone, DeliveryAtLeastOnce} {
+		t.Run(delivery, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+			require.NoError(t, err)
+			defer c.Close()
+			var dropped atomic.Int32
+			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				dropped.Add(1)
+				return nil, errors.New("connection dropped by the test"), true
+			})
+			brokers := c.ListenAddrs()
+			s := openKafkaSink(t, loadKafkaSink(t, brokers, "topic: t\nkey: k\ndelivery: "+delivery), sinkCheckpointing(0, 1))
+			sinkWrite(t, s, 0, 20)
+			require.NoError(t, s.Close(context.Background()))
+			require.Equal(t, int32(1), dropped.Load(), "the first Produce request was dropped")
+			require.Equal(t, intRange(0, 20), sinkNs(t, readCommittedAll(t, brokers, "t")))
+		})
+	}
 }

@@ -273,7 +273,7 @@ func (s *sink) newProducer(slot *txnSlot) (*output, error) {
 	if err != nil {
 		return nil, s.errorf("start the transactional producer %q: %w%s", slot.id, err, txnHint(err))
 	}
-	return newOutput(p, true), nil
+	return newOutput(p), nil
 }
 
 // commitAsync commits the slot's pending transaction on a goroutine of its
@@ -840,8 +840,7 @@ func (s *sink) fence(id string) error {
 // two goroutines of its own, so that the task goroutine only hands records
 // over and Flush waits for the count to reach zero.
 type output struct {
-	p    sarama.AsyncProducer
-	acks bool // successes are returned and counted
+	p sarama.AsyncProducer
 	// inflight counts records handed over and not yet acknowledged.
 	inflight atomic.Int64
 	mu       sync.Mutex
@@ -856,20 +855,20 @@ type output struct {
 	unacked  atomic.Pointer[chan struct{}]
 }
 
-func newOutput(p sarama.AsyncProducer, acks bool) *output {
-	o := &output{p: p, acks: acks, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024)}
+// newOutput returns the output of p, whose configuration returns both
+// successes and errors.
+func newOutput(p sarama.AsyncProducer) *output {
+	o := &output{p: p, wake: make(chan struct{}, 1), free: make(chan *sarama.ProducerMessage, 1024)}
 	o.nextTxn()
-	if acks {
-		o.done.Go(func() {
-			for m := range p.Successes() {
-				o.recycle(m)
-				if ch := o.unacked.Load(); ch != nil && o.unacked.CompareAndSwap(ch, nil) {
-					close(*ch)
-				}
-				o.acked()
+	o.done.Go(func() {
+		for m := range p.Successes() {
+			o.recycle(m)
+			if ch := o.unacked.Load(); ch != nil && o.unacked.CompareAndSwap(ch, nil) {
+				close(*ch)
 			}
-		})
-	}
+			o.acked()
+		}
+	})
 	o.done.Go(func() {
 		for e := range p.Errors() {
 			o.mu.Lock()
@@ -877,11 +876,8 @@ func newOutput(p sarama.AsyncProducer, acks bool) *output {
 				o.err = fmt.Errorf("produce to %s[%d]: %w", e.Msg.Topic, e.Msg.Partition, e.Err)
 			}
 			o.mu.Unlock()
-			if acks {
-				o.acked()
-			} else {
-				o.signal()
-			}
+			o.acked()
+			o.signal() // wake a flush waiting for other records
 		}
 	})
 	return o
@@ -936,16 +932,12 @@ func (o *output) failure() error {
 
 // send hands msg to the producer.
 func (o *output) send(ctx context.Context, msg *sarama.ProducerMessage) error {
-	if o.acks {
-		o.inflight.Add(1)
-	}
+	o.inflight.Add(1)
 	select {
 	case o.p.Input() <- msg:
 		return nil
 	case <-ctx.Done():
-		if o.acks {
-			o.acked()
-		}
+		o.acked()
 		return ctx.Err()
 	}
 }
@@ -957,7 +949,7 @@ func (o *output) flush(ctx context.Context) error {
 		if err := o.failure(); err != nil {
 			return err
 		}
-		if !o.acks || o.inflight.Load() == 0 {
+		if o.inflight.Load() == 0 {
 			return nil
 		}
 		select {
