@@ -3,6 +3,7 @@ package statestore
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +61,65 @@ func TestEscapedKeysRoundTrip(t *testing.T) {
 		require.Equal(t, key, unescape(esc), "unescape")
 		require.Equal(t, key, string(appendUnescaped([]byte("x"), esc)[1:]), "appendUnescaped")
 	}
+}
+
+// randomKeys returns n distinct keys of bytes that sort apart only late or
+// only by length: a shared prefix, then a few bytes of 0, 0xff, 1 and 'a'.
+func randomKeys(r *rand.Rand, prefix string, n int) []string {
+	alphabet := []byte{0, 0xff, 1, 'a'}
+	seen := map[string]bool{}
+	var keys []string
+	for len(keys) < n {
+		k := []byte(prefix)
+		for range r.IntN(11) {
+			k = append(k, alphabet[r.IntN(len(alphabet))])
+		}
+		if !seen[string(k)] {
+			seen[string(k)] = true
+			keys = append(keys, string(k))
+		}
+	}
+	return keys
+}
+
+// A snapshot of keys that differ only in late bytes, zeros or their length
+// lists them in byte order: the memory backend (which sorts its map's keys)
+// writes the same bytes as bbolt (in its cursor's order over escaped keys),
+// and its timers, all at one time, are in key order.
+func TestSnapshotOrderOfBinaryKeys(t *testing.T) {
+	opts := Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}}
+	keys := randomKeys(rand.New(rand.NewPCG(5, 6)), "i\x00\x00\x00\x00\x00", 2000)
+	mem, err := NewMemory(opts)
+	require.NoError(t, err)
+	bb, err := NewBolt(BoltOptions{Options: opts, Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer bb.Close()
+	var blobs [2][]byte
+	for i, b := range []Backend{mem, bb} {
+		v, err := RegisterValue(b, ValueDescriptor[int64]{Name: "v"})
+		require.NoError(t, err)
+		for j, k := range keys {
+			v.Put(k, "", int64(j))
+			b.TimerService("w").RegisterEventTimer(k, "", 99)
+		}
+		snap, err := b.Snapshot()
+		require.NoError(t, err)
+		var buf bytes.Buffer
+		_, err = snap.WriteTo(&buf)
+		require.NoError(t, err)
+		snap.Release()
+		blobs[i] = buf.Bytes()
+	}
+	require.Equal(t, blobs[1], blobs[0], "memory and bbolt snapshots")
+
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	restored, err := NewMemory(opts)
+	require.NoError(t, err)
+	require.NoError(t, SplitBlobs(blobs[0], func(_ int, blob []byte) error { return restored.Restore(blob) }))
+	var got []string
+	for tm := range restored.TimerService("w").Timers(EventTime) {
+		got = append(got, tm.Key)
+	}
+	require.Equal(t, want, got, "timers in key order")
 }
