@@ -1,0 +1,118 @@
+package statestore_test
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// TestSnapshotsRandomized drives a backend with random writes, deletes,
+// timers, clock steps and snapshots: up to three snapshots live at once,
+// each written later with WriteTo or WriteAndRelease while more writes
+// happen between its blobs (as the task writes while the coordinator
+// encodes), or released unwritten. A memory backend that gets the same
+// operations, and writes a snapshot at once whenever the backend under test
+// takes one, says what each snapshot must contain: copy-on-write, writes in
+// place to groups already written, and timer chunks shared until written
+// must never let a later write into an earlier snapshot.
+func TestSnapshotsRandomized(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run("seed"+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, o *opener) {
+				r := rand.New(rand.NewPCG(seed, 99))
+				sub := o.all()
+				mir, err := statestore.NewMemory(statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now})
+				require.NoError(t, err)
+				defer mir.Close()
+				fs, fm := registerAll(t, sub), registerAll(t, mir)
+				ks := keys(120)
+				wm := int64(0)
+				step := func() {
+					k := ks[r.IntN(len(ks))]
+					ns := "w" + strconv.Itoa(r.IntN(3))
+					switch n := r.IntN(20); {
+					case n < 10:
+						i := r.IntN(1000)
+						fs.fill(k, i)
+						fm.fill(k, i)
+					case n < 12:
+						fs.val.Clear(k, ns)
+						fm.val.Clear(k, ns)
+					case n < 14:
+						fs.list.Clear(k, ns)
+						fm.list.Clear(k, ns)
+						fs.red.Clear(k, "")
+						fm.red.Clear(k, "")
+					case n < 16:
+						ts := int64(1000 + r.IntN(7))
+						fs.tm.DeleteEventTimer(k, ns, ts)
+						fm.tm.DeleteEventTimer(k, ns, ts)
+					case n < 18:
+						wm += int64(r.IntN(3))
+						var firedS, firedM []statestore.Timer
+						require.NoError(t, fs.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
+						require.NoError(t, fm.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
+						require.Equal(t, firedM, firedS, "fired timers")
+					case n < 19:
+						o.clock.Advance(int64(r.IntN(20)) * 60_000) // TTL 1h: some values expire
+					default:
+						var firedS, firedM []statestore.Timer
+						now := o.clock.now / 1000
+						require.NoError(t, fs.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
+						require.NoError(t, fm.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
+						require.Equal(t, firedM, firedS, "fired processing timers")
+					}
+				}
+				type live struct {
+					s    statestore.Snapshot
+					want []byte
+				}
+				var snaps []live
+				written := 0
+				for range 2000 {
+					switch n := r.IntN(100); {
+					case n < 4 && len(snaps) < 3:
+						s, err := sub.Snapshot()
+						require.NoError(t, err)
+						snaps = append(snaps, live{s, writeSnapshot(t, mir)})
+					case n < 7 && len(snaps) > 0:
+						i := r.IntN(len(snaps))
+						l := snaps[i]
+						snaps = append(snaps[:i], snaps[i+1:]...)
+						if r.IntN(4) == 0 {
+							l.s.Release()
+							continue
+						}
+						w := &blobHook{fn: func(int) {
+							for range r.IntN(30) {
+								step()
+							}
+						}}
+						var err error
+						if r.IntN(2) == 0 {
+							_, err = l.s.WriteAndRelease(w)
+						} else {
+							_, err = l.s.WriteTo(w)
+							l.s.Release()
+						}
+						require.NoError(t, err)
+						require.Equal(t, l.want, w.Bytes(), "snapshot %d written", written)
+						written++
+					default:
+						step()
+					}
+				}
+				for _, l := range snaps {
+					l.s.Release()
+				}
+				require.Greater(t, written, 15)
+				require.Equal(t, writeSnapshot(t, mir), writeSnapshot(t, sub), "the state at the end")
+				require.NoError(t, sub.Err())
+			})
+		})
+	}
+}
