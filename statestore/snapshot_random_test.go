@@ -1,6 +1,7 @@
 package statestore_test
 
 import (
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -112,6 +113,33 @@ func TestSnapshotsRandomized(t *testing.T) {
 				require.Greater(t, written, 15)
 				require.Equal(t, writeSnapshot(t, mir), writeSnapshot(t, sub), "the state at the end")
 				require.NoError(t, sub.Err())
+
+				// The end state restores into one and into three subtasks
+				// (registered before or after the restore): they hold the
+				// same values and timers and snapshot the same blobs.
+				blobs := snapshotBlobs(t, sub)
+				want := dumpAll(t, sub, fs)
+				require.NotEmpty(t, want)
+				for _, p := range []int{1, 3} {
+					got, gotBlobs := map[string]string{}, map[int][]byte{}
+					for i := range p {
+						b := o.subtask(i, p)
+						start, end := b.KeyGroupRange()
+						var f *fixture
+						if i%2 == 0 {
+							f = registerAll(t, b)
+						}
+						require.NoError(t, b.Restore(inRange(blobs, start, end)...))
+						if f == nil {
+							f = registerAll(t, b)
+						}
+						maps.Copy(gotBlobs, snapshotBlobs(t, b))
+						maps.Copy(got, dumpAll(t, b, f))
+						require.NoError(t, b.Err())
+					}
+					require.Equal(t, blobs, gotBlobs, "%d subtasks' blobs", p)
+					require.Equal(t, want, got, "%d subtasks' state", p)
+				}
 			})
 		})
 	}
