@@ -48,6 +48,15 @@ import (
 // BoltOptions.CacheEntries is 0.
 const DefaultCacheEntries = 10_000
 
+// livePageSize is the page size of the live state file. bbolt's default,
+// the OS page (4 KiB), holds only three values of 1 KiB: each flush then
+// rewrites a page (and a write call) for about every value it writes, and
+// the tree is deep. 16 KiB pages flushed records about 30% faster when
+// keys come in order and 11% faster in random order, and restored 1 GiB
+// 20-25% faster (checkpointbench, docs/state.md); 64 KiB pages were 22%
+// slower in random order, each value then rewriting 64 KiB.
+const livePageSize = 16 << 10
+
 // BoltFileName is the name of the live state file in BoltOptions.Dir.
 const BoltFileName = "live.db"
 
@@ -223,6 +232,7 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		NoGrowSync:     true,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		PageSize:       livePageSize,
 	})
 	if err != nil {
 		_ = b.removeFiles()

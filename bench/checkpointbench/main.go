@@ -16,7 +16,9 @@
 // bytes of entry overhead), and the state stays at its size once every key
 // was seen. Keys are visited round-robin, so every key is written between
 // two checkpoints (the worst case for the memory backend's copy-on-write
-// and for the bbolt cache).
+// and for the bbolt cache); -random-keys visits them in a scrambled order
+// instead (keys of consecutive records are far apart in the bbolt file,
+// so each cache flush writes pages all over it).
 //
 // Each run: start, warm up until every key has state, then measure for
 // -duration the records/s that reach the window step, then cancel the job
@@ -97,6 +99,7 @@ var (
 	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated")
 	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated")
 	parallelism  = flag.Int("parallelism", 1, "parallelism of the window step (the generator runs at 1)")
+	randomKeys   = flag.Bool("random-keys", false, "update the keys in a scrambled order instead of in turn (each bbolt flush then writes pages far apart)")
 	cacheEntries = flag.Int("cache-entries", 0, "bbolt backend: state.cache_entries (0: its default)")
 	dirFlag      = flag.String("dir", "", "parent of the temporary state dirs (default: the system's temporary directory)")
 	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
@@ -269,7 +272,7 @@ func spec(backend string, keys int, interval time.Duration) string {
     type: generator
     parallelism: 1
     fields:
-      id: i %% %d
+      id: %s
       v: i %% 100
       ts: i / 1000
       payload: string(i) + "%s"
@@ -285,7 +288,7 @@ steps:
 sinks:
   - id: out
     type: blackhole
-`, keys, strings.Repeat("x", max(0, *valueBytes-8)), stepID)
+`, idExpr(keys), strings.Repeat("x", max(0, *valueBytes-8)), stepID)
 	return b.String()
 }
 
@@ -920,4 +923,14 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 func pct(ds []time.Duration, p int) time.Duration {
 	i := (len(ds)*p + 99) / 100
 	return ds[max(0, min(len(ds)-1, i-1))].Round(time.Millisecond)
+}
+
+// idExpr is the generator's expression of a record's key: the keys in turn,
+// or with -random-keys in a scrambled order (a multiplicative hash of the
+// record's number), so that consecutive records update keys far apart.
+func idExpr(keys int) string {
+	if *randomKeys {
+		return fmt.Sprintf("(i * 2654435761) %% %d", keys)
+	}
+	return fmt.Sprintf("i %% %d", keys)
 }
