@@ -481,12 +481,12 @@ func (s *sink) Commit(ctx context.Context, committables [][]byte) error {
 
 // Close stops the producers after the broker acknowledged every record
 // written (with delivery none too: a batch the producer retried while it
-// stopped would be failed as "shutting down"). With transactions it aborts the open
-// transaction (records after the last barrier, which a restore replays)
-// and leaves the pre-committed ones to the restore, which commits those
-// of the restored checkpoint and aborts the others. A graceful end has
-// committed everything before: the runtime pre-commits and commits a final
-// checkpoint.
+// stopped would be failed as "shutting down"). With transactions it
+// aborts the open transaction (records after the last barrier, which a
+// restore replays) and leaves the pre-committed ones to the restore, which
+// commits those of the restored checkpoint and aborts the others. A
+// graceful end has committed everything before: the runtime pre-commits
+// and commits a final checkpoint.
 func (s *sink) Close(ctx context.Context) error {
 	var errs []error
 	if s.out != nil {
