@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"slices"
@@ -39,6 +40,9 @@ type Memory struct {
 	pending  map[string]*pendingState
 	timers   map[string]*TimerService
 	restored map[int]bool
+	// noTimerCache: the timer services keep no cache of encoded timers
+	// (tests compare with it).
+	noTimerCache bool
 }
 
 // registered is a registered state: its table and the handle Register* returned.
@@ -465,13 +469,21 @@ type blobWriter struct {
 	// ns); next[i] is the first one of a group not written yet.
 	timers [][]frozenTimer
 	next   []int
+	// cached[i][gi]: service i's cached encoding of group index gi
+	// (timerCache.lookup); nil without a cache.
+	cached [][]cachedTimers
 	crc    uint32 // of the last blob appendGroup appended
 }
 
 func (s *memSnapshot) blobWriter() *blobWriter {
-	w := &blobWriter{s: s, timers: make([][]frozenTimer, len(s.timers)), next: make([]int, len(s.timers))}
+	w := &blobWriter{s: s, timers: make([][]frozenTimer, len(s.timers)), next: make([]int, len(s.timers)),
+		cached: make([][]cachedTimers, len(s.timers))}
 	for i := range s.timers {
-		w.timers[i] = s.timers[i].sorted()
+		f := &s.timers[i]
+		if f.cache != nil {
+			w.cached[i] = f.cache.lookup(f, s.end-s.start)
+		}
+		w.timers[i] = f.sorted(w.cached[i])
 	}
 	return w
 }
@@ -512,7 +524,15 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 	timersAt := len(dst)
 	dst = append(dst, 0) // [* timers]
 	nTimers := 0
-	for i, svc := range s.timers {
+	for i := range s.timers {
+		svc := &s.timers[i]
+		if c := w.cached[i]; c != nil && c[gi].snap != 0 {
+			if len(c[gi].b) > 0 {
+				dst = append(dst, c[gi].b...)
+				nTimers++
+			}
+			continue
+		}
 		all := w.timers[i]
 		j := w.next[i]
 		for j < len(all) && int(all[j].group) == gi {
@@ -521,8 +541,12 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		ts := all[w.next[i]:j]
 		w.next[i] = j
 		if len(ts) == 0 {
+			if svc.cache != nil {
+				svc.cache.store(gi, svc.snap, nil)
+			}
 			continue
 		}
+		mark := len(dst)
 		dst = AppendCBORHead(dst, majorArray, 2)
 		dst = appendText(dst, svc.name)
 		dst = AppendCBORHead(dst, majorArray, uint64(len(ts)))
@@ -534,6 +558,9 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 			dst = appendText(dst, t.id.ns)
 		}
 		nTimers++
+		if svc.cache != nil {
+			svc.cache.store(gi, svc.snap, bytes.Clone(dst[mark:]))
+		}
 	}
 	if nStates == 0 && nTimers == 0 {
 		return dst[:start], nil

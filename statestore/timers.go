@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Timer is a timer of one (key, namespace): a window operator registers one
@@ -50,11 +51,31 @@ type TimerService struct {
 	m      *Memory
 	wm     int64
 	queues [2]timerQueue // by Domain
+	// freezes counts the snapshots taken; changed[gi] is what it was at the
+	// last change to the timers of group index gi. cache holds the
+	// encodings of groups' timers that snapshots wrote, which a later
+	// snapshot reuses for a group whose timers have not changed since (nil:
+	// no cache).
+	freezes uint64
+	changed []uint64
+	cache   *timerCache
 }
 
 func newTimerService(name string, m *Memory) *TimerService {
-	return &TimerService{name: name, m: m, wm: math.MinInt64,
+	s := &TimerService{name: name, m: m, wm: math.MinInt64,
 		queues: [2]timerQueue{{set: map[timerID]int32{}}, {set: map[timerID]int32{}}}}
+	if !m.noTimerCache {
+		s.cache = &timerCache{}
+	}
+	return s
+}
+
+// touch records a change to the timers of group index gi.
+func (s *TimerService) touch(gi int32) {
+	if int(gi) >= len(s.changed) {
+		s.changed = append(s.changed, make([]uint64, int(gi)+1-len(s.changed))...)
+	}
+	s.changed[gi] = s.freezes
 }
 
 // Name returns the service's name.
@@ -98,7 +119,7 @@ func (s *TimerService) RegisterEventTimer(key, ns string, ts int64) {
 
 // DeleteEventTimer deletes an event-time timer, if registered.
 func (s *TimerService) DeleteEventTimer(key, ns string, ts int64) {
-	s.queues[EventTime].delete(timerID{key, ns, ts})
+	s.delete(EventTime, timerID{key, ns, ts})
 }
 
 // RegisterProcessingTimer registers a processing-time timer.
@@ -108,7 +129,13 @@ func (s *TimerService) RegisterProcessingTimer(key, ns string, ts int64) {
 
 // DeleteProcessingTimer deletes a processing-time timer, if registered.
 func (s *TimerService) DeleteProcessingTimer(key, ns string, ts int64) {
-	s.queues[ProcessingTime].delete(timerID{key, ns, ts})
+	s.delete(ProcessingTime, timerID{key, ns, ts})
+}
+
+func (s *TimerService) delete(d Domain, id timerID) {
+	if gi, ok := s.queues[d].delete(id); ok {
+		s.touch(gi)
+	}
 }
 
 // NextEventTime returns the timestamp of the earliest event-time timer.
@@ -141,7 +168,8 @@ func (s *TimerService) AdvanceProcessingTime(now int64, fire func(Timer) error) 
 func (s *TimerService) advance(d Domain, upTo int64, fire func(Timer) error) error {
 	q := &s.queues[d]
 	for len(q.heap) > 0 && q.heap[0].ts <= upTo {
-		t := q.pop()
+		t, gi := q.pop()
+		s.touch(gi)
 		if err := fire(t); err != nil {
 			return fmt.Errorf("fire %s timer of %q at %d: %w", d, s.name, t.Timestamp, err)
 		}
@@ -160,6 +188,7 @@ func (s *TimerService) register(d Domain, key, ns string, ts int64) {
 		return
 	}
 	q.push(id, int32(gi))
+	s.touch(int32(gi))
 }
 
 // restoreTimers registers the timers of a restore's decoded blobs. Each
@@ -198,7 +227,8 @@ func (m *Memory) restoreTimers(decoded []decodedBlob) {
 // freeze captures the timers for a snapshot: the chunks of records, which
 // the queue copies before it next writes one (O(timers / recChunk)).
 func (s *TimerService) freeze() frozenTimers {
-	f := frozenTimers{name: s.name}
+	s.freezes++
+	f := frozenTimers{name: s.name, snap: s.freezes, changed: slices.Clone(s.changed), cache: s.cache}
 	for d := range s.queues {
 		q := &s.queues[d]
 		f.n += len(q.heap)
@@ -320,23 +350,28 @@ func (q *timerQueue) push(id timerID, group int32) {
 	q.up(pos)
 }
 
-func (q *timerQueue) pop() Timer {
+// pop removes the earliest timer and returns it with its group index.
+func (q *timerQueue) pop() (Timer, int32) {
 	ri := q.heap[0].rec
-	id := q.rec(ri).id
+	r := q.rec(ri)
+	id, gi := r.id, r.group
 	q.removeAt(0)
 	delete(q.set, id)
 	q.release(ri)
-	return Timer{Key: id.key, Namespace: id.ns, Timestamp: id.ts}
+	return Timer{Key: id.key, Namespace: id.ns, Timestamp: id.ts}, gi
 }
 
-func (q *timerQueue) delete(id timerID) {
+// delete removes timer id, if registered, and returns its group index.
+func (q *timerQueue) delete(id timerID) (int32, bool) {
 	ri, ok := q.set[id]
 	if !ok {
-		return
+		return 0, false
 	}
+	gi := q.rec(ri).group
 	delete(q.set, id)
 	q.removeAt(int(q.pos[ri]))
 	q.release(ri)
+	return gi, true
 }
 
 func (q *timerQueue) release(ri int32) {
@@ -406,6 +441,61 @@ type frozenTimers struct {
 	name   string
 	n      int
 	queues [2]frozenQueue
+	// snap is the snapshot's number (TimerService.freezes), changed the
+	// service's changed as it was then, cache the service's.
+	snap    uint64
+	changed []uint64
+	cache   *timerCache
+}
+
+// timerCache holds, by group index, the encoding of a service's timers in
+// the group that a snapshot wrote: the service's element of the blob's
+// timers array (empty when the group had none). A snapshot of timers in
+// the thousands or millions (a window per key) sorts and encodes them
+// again only in the groups whose timers changed since an earlier snapshot
+// wrote them. Snapshots encoded on several goroutines share it.
+type timerCache struct {
+	mu     sync.Mutex
+	groups []cachedTimers
+}
+
+type cachedTimers struct {
+	snap uint64 // the snapshot that wrote b (0: none)
+	b    []byte
+}
+
+// lookup returns, for each of n group indexes, the cached encoding that
+// snapshot f may use (snap 0 where none): one written by f or an earlier
+// snapshot, after the group's last change before f. A later snapshot's
+// encoding may hold changes that f does not.
+func (c *timerCache) lookup(f *frozenTimers, n int) []cachedTimers {
+	hits := make([]cachedTimers, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for gi := range min(n, len(c.groups)) {
+		e := c.groups[gi]
+		var changed uint64
+		if gi < len(f.changed) {
+			changed = f.changed[gi]
+		}
+		if e.snap != 0 && e.snap <= f.snap && changed < e.snap {
+			hits[gi] = e
+		}
+	}
+	return hits
+}
+
+// store records b, which snapshot snap wrote for group index gi, unless a
+// later snapshot's encoding is there already.
+func (c *timerCache) store(gi int, snap uint64, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gi >= len(c.groups) {
+		c.groups = append(c.groups, make([]cachedTimers, gi+1-len(c.groups))...)
+	}
+	if snap > c.groups[gi].snap {
+		c.groups[gi] = cachedTimers{snap: snap, b: b}
+	}
 }
 
 // frozenQueue is a timer queue's records as a snapshot saw them: the first
@@ -430,11 +520,16 @@ func (f *frozenQueue) each(yield func(*timerRec)) {
 // sorted returns the timers by (group, domain, ts, key, ns), the order of
 // the snapshot format. They are placed by group first (a counting sort),
 // then each group is sorted: fewer comparisons, each of which may read the
-// key's bytes.
-func (f *frozenTimers) sorted() []frozenTimer {
+// key's bytes. Groups with a cached encoding in skip are left out.
+func (f *frozenTimers) sorted(skip []cachedTimers) []frozenTimer {
 	var at []int // at[g+1]: group g's timers, then where group g+1's start
+	n := 0
 	for d := range f.queues {
 		f.queues[d].each(func(r *timerRec) {
+			if int(r.group) < len(skip) && skip[r.group].snap != 0 {
+				return
+			}
+			n++
 			if int(r.group)+2 > len(at) {
 				at = append(at, make([]int, int(r.group)+2-len(at))...)
 			}
@@ -445,10 +540,13 @@ func (f *frozenTimers) sorted() []frozenTimer {
 	for g := 1; g <= groups; g++ {
 		at[g] += at[g-1]
 	}
-	out := make([]frozenTimer, f.n)
+	out := make([]frozenTimer, n)
 	next := slices.Clone(at[:groups])
 	for d := range f.queues {
 		f.queues[d].each(func(r *timerRec) {
+			if int(r.group) < len(skip) && skip[r.group].snap != 0 {
+				return
+			}
 			out[next[r.group]] = frozenTimer{group: r.group, domain: Domain(d), id: r.id}
 			next[r.group]++
 		})
