@@ -102,13 +102,7 @@ func TestSnapshotOrderOfBinaryKeys(t *testing.T) {
 			v.Put(k, "", int64(j))
 			b.TimerService("w").RegisterEventTimer(k, "", 99)
 		}
-		snap, err := b.Snapshot()
-		require.NoError(t, err)
-		var buf bytes.Buffer
-		_, err = snap.WriteTo(&buf)
-		require.NoError(t, err)
-		snap.Release()
-		blobs[i] = buf.Bytes()
+		blobs[i] = snapshotBytes(t, b)
 	}
 	require.Equal(t, blobs[1], blobs[0], "memory and bbolt snapshots")
 

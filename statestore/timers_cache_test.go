@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,21 +46,10 @@ func TestTimerEncodingsReused(t *testing.T) {
 					s.RegisterEventTimer(k, "", ts)
 					s.RegisterProcessingTimer(k, "p", 7)
 				}
-				for range 2 { // the second writes what the first cached
-					snap, err := m.Snapshot()
-					require.NoError(t, err)
-					_, err = snap.WriteTo(&bytes.Buffer{})
-					require.NoError(t, err)
-					snap.Release()
-				}
+				snapshotBytes(t, m)
+				snapshotBytes(t, m) // writes what the first cached
 				op.do(t, s)
-				snap, err := m.Snapshot()
-				require.NoError(t, err)
-				var b bytes.Buffer
-				_, err = snap.WriteTo(&b)
-				require.NoError(t, err)
-				snap.Release()
-				got[i] = b.Bytes()
+				got[i] = snapshotBytes(t, m)
 			}
 			require.Equal(t, got[1], got[0], "with the cache and without")
 			require.Nil(t, svc[1].cache)
