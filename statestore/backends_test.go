@@ -146,6 +146,16 @@ func registerAll(t testing.TB, b statestore.Backend) *fixture {
 	return &f
 }
 
+// filled registers every state on b and fills keys(n), key i with i.
+func filled(t testing.TB, b statestore.Backend, n int) *fixture {
+	t.Helper()
+	f := registerAll(t, b)
+	for i, k := range keys(n) {
+		f.fill(k, i)
+	}
+	return f
+}
+
 // fill writes something to every state and a timer of each domain for key,
 // depending on i.
 func (f *fixture) fill(key string, i int) {

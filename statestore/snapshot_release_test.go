@@ -19,10 +19,7 @@ import (
 func TestWriteAndReleaseWritesTheSnapshot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
-		for i, k := range keys(300) {
-			f.fill(k, i)
-		}
+		f := filled(t, b, 300)
 		want := writeSnapshot(t, b)
 
 		s, err := b.Snapshot()
@@ -153,11 +150,8 @@ func TestWriteAndReleaseWritesWrittenGroupsInPlace(t *testing.T) {
 func TestWriteAndReleaseWhileTheTaskWrites(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
+		f := filled(t, b, 2000)
 		ks := keys(2000)
-		for i, k := range ks {
-			f.fill(k, i)
-		}
 		want := writeSnapshot(t, b)
 
 		s, err := b.Snapshot()

@@ -93,11 +93,8 @@ func TestSnapshotIsolation(t *testing.T) {
 	// state as it was.
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
+		f := filled(t, b, 100)
 		ks := keys(100)
-		for i, k := range ks {
-			f.fill(k, i)
-		}
 		want := dumpAll(t, b, f)
 		s, err := b.Snapshot()
 		require.NoError(t, err)
@@ -136,11 +133,8 @@ func TestSnapshotConcurrentWithMutation(t *testing.T) {
 	// the memory backend writes in place what only it shared.
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
+		f := filled(t, b, 500)
 		ks := keys(500)
-		for i, k := range ks {
-			f.fill(k, i)
-		}
 		for round := range 4 {
 			want := dumpAll(t, b, f)
 			s, err := b.Snapshot()
@@ -263,10 +257,7 @@ func TestRescale(t *testing.T) {
 func TestRestoreErrors(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		src := o.all()
-		f := registerAll(t, src)
-		for i, k := range keys(50) {
-			f.fill(k, i)
-		}
+		filled(t, src, 50)
 		blobs := snapshotBlobs(t, src)
 		require.Greater(t, len(blobs), 2)
 		all := inRange(blobs, 0, o.maxPar)
@@ -412,11 +403,8 @@ func TestEmptySnapshot(t *testing.T) {
 func TestRestoreInPartsAndClearBeforeRegistration(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
+		f := filled(t, b, 100)
 		ks := keys(100)
-		for i, k := range ks {
-			f.fill(k, i)
-		}
 		want := dumpAll(t, b, f)
 		blobs := snapshotBlobs(t, b)
 
@@ -465,10 +453,7 @@ func (w *summedWriter) WriteSummed(b []byte, crc uint32) (int, error) {
 func TestWriteToSummed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
-		for i, k := range keys(300) {
-			f.fill(k, i)
-		}
+		filled(t, b, 300)
 		s, err := b.Snapshot()
 		require.NoError(t, err)
 		var w summedWriter
@@ -486,10 +471,7 @@ func TestWriteToSummed(t *testing.T) {
 func TestSplitBlobs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
-		f := registerAll(t, b)
-		for i, k := range keys(100) {
-			f.fill(k, i)
-		}
+		filled(t, b, 100)
 		want := snapshotBlobs(t, b)
 		stream := writeSnapshot(t, b)
 		got := map[int][]byte{}
