@@ -91,7 +91,13 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *pipeline.Spec, 
 			_ = store.Close(ctx)
 			return nil, nil, 0, fmt.Errorf("restore from %s: %w (eddy never starts fresh on its own: fix or move the state dir, or run with --fresh)", dir, err)
 		}
-		logger.Info("restoring from checkpoint", "checkpoint", restore.ID(), "completed", restore.CompletedAt())
+		deltas := 0
+		for _, p := range restore.Parts() {
+			if p.Base != 0 {
+				deltas++
+			}
+		}
+		logger.Info("restoring from checkpoint", "checkpoint", restore.ID(), "completed", restore.CompletedAt(), "delta_parts", deltas)
 	}
 	if h := restore.Meta().FileHash; h != "" && h != spec.Hash {
 		logger.Warn("the pipeline file changed since the checkpoint was taken; state is matched by step id", "checkpoint", restore.ID())

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -196,8 +197,11 @@ type checkpointRow struct {
 	Completed *time.Time `json:"completed,omitempty"`
 	Size      int64      `json:"size"`
 	Parts     int        `json:"parts"`
-	Status    string     `json:"status"`
-	Error     string     `json:"error,omitempty"`
+	// Bases are the checkpoints whose parts its delta parts build on
+	// (checkpoint.incremental).
+	Bases  []int64 `json:"bases,omitempty"`
+	Status string  `json:"status"`
+	Error  string  `json:"error,omitempty"`
 }
 
 // checkpointList is the json output of `checkpoints list`.
@@ -277,6 +281,12 @@ func listCheckpoints(ctx context.Context, store *statestore.CheckpointStore) ([]
 			case err == nil:
 				completed := cp.CompletedAt().UTC()
 				r.Completed, r.Size, r.Parts, r.Status = &completed, cp.Size(), len(cp.Parts()), statusOK
+				for _, p := range cp.Parts() {
+					if p.Base != 0 && !slices.Contains(r.Bases, p.Base) {
+						r.Bases = append(r.Bases, p.Base)
+					}
+				}
+				slices.Sort(r.Bases)
 				_ = cp.Close()
 			case ctx.Err() != nil:
 				return nil, ctx.Err()
@@ -296,7 +306,7 @@ func writeCheckpointsText(w io.Writer, l checkpointList) error {
 	}
 	fmt.Fprintf(w, "checkpoints of pipeline %s in %s, newest first:\n\n", l.Pipeline, l.Store)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCOMPLETED\tSIZE\tPARTS\tSTATUS")
+	fmt.Fprintln(tw, "ID\tCOMPLETED\tSIZE\tPARTS\tDELTA ON\tSTATUS")
 	for _, r := range l.Checkpoints {
 		completed := "-"
 		if r.Completed != nil {
@@ -306,7 +316,11 @@ func writeCheckpointsText(w io.Writer, l checkpointList) error {
 		if r.Error != "" {
 			status += ": " + r.Error
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", r.ID, completed, humanBytes(r.Size), r.Parts, status)
+		bases := "-"
+		if len(r.Bases) > 0 {
+			bases = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.Bases)), ","), "[]")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, completed, humanBytes(r.Size), r.Parts, bases, status)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

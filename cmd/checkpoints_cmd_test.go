@@ -77,7 +77,7 @@ func (f checkpointFixture) committed(t *testing.T) []string {
 	return lines
 }
 
-var listLine = regexp.MustCompile(`(?m)^(\d+)\s+(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|-)\s+(\d+(\.\d)? [KMG]?i?B)\s+(\d+)\s+(ok|corrupt: .*|incomplete)$`)
+var listLine = regexp.MustCompile(`(?m)^(\d+)\s+(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|-)\s+(\d+(\.\d)? [KMG]?i?B)\s+(\d+)\s+(-|[\d,]+)\s+(ok|corrupt: .*|incomplete)$`)
 
 func TestCheckpointsCommand(t *testing.T) {
 	f := newCheckpointFixture(t)
@@ -101,7 +101,7 @@ func TestCheckpointsCommand(t *testing.T) {
 			name:   "list, state dir from the environment",
 			args:   []string{"checkpoints", "list", f.file},
 			env:    env,
-			stdout: `(?s)^checkpoints of pipeline cp-cmd in .*/state/cp-cmd/checkpoints.db, newest first:\n\nID\s+COMPLETED\s+SIZE\s+PARTS\s+STATUS\n2 .* ok\n1 .* ok\n\neddy run restores checkpoint 2\.\n$`,
+			stdout: `(?s)^checkpoints of pipeline cp-cmd in .*/state/cp-cmd/checkpoints.db, newest first:\n\nID\s+COMPLETED\s+SIZE\s+PARTS\s+DELTA ON\s+STATUS\n2 .* ok\n1 .* ok\n\neddy run restores checkpoint 2\.\n$`,
 		},
 		{
 			name:   "list, state dir from the flag, which wins",
@@ -213,7 +213,8 @@ func TestCheckpointsListRows(t *testing.T) {
 	require.Len(t, rows, 2, r.stdout)
 	for i, row := range rows {
 		require.Equal(t, []string{"2", "1"}[i], row[1])
-		require.Equal(t, "ok", row[6])
+		require.Equal(t, "-", row[6], "a full checkpoint")
+		require.Equal(t, "ok", row[7])
 		// The generator's position, the aggregate's state, the sink's
 		// committable.
 		require.Equal(t, "3", row[5], r.stdout)

@@ -88,8 +88,10 @@ type crashScenario struct {
 	atLeastOnce func(t *testing.T, want, got []string)
 	// exact adds checks of an exactly_once run beyond multiset equality.
 	exact func(t *testing.T, want, got []string)
-	// state, when set, is a state block appended to the pipeline file.
-	state string
+	// state, when set, is a state block appended to the pipeline file;
+	// with incremental, its checkpoints are incremental and retain one.
+	state       string
+	incremental bool
 }
 
 func crashScenarios() []crashScenario {
@@ -116,7 +118,8 @@ func crashScenarios() []crashScenario {
 }
 
 // TestCrashRecovery runs every crash scenario in both checkpoint modes, and
-// two of them again with the live state on disk (state.backend bbolt).
+// again with the live state on disk (state.backend bbolt), full and
+// incremental.
 func TestCrashRecovery(t *testing.T) {
 	kills := 6
 	if testing.Short() {
@@ -160,6 +163,19 @@ func TestCrashRecovery(t *testing.T) {
 				runCrashScenario(t, sc, mode, n, kills, rng)
 			})
 		}
+		// And with incremental checkpoints, retaining one: a restore reads
+		// a chain of deltas, whose bases retention must keep.
+		inc := sc // the subtests above run later, with sc as it is now
+		inc.incremental = true
+		t.Run(sc.name+"/exactly_once/bbolt-incremental", func(t *testing.T) {
+			t.Parallel()
+			n := inc.records
+			if testing.Short() {
+				n = inc.shortRecords
+			}
+			rng := rand.New(rand.NewPCG(seed, uint64(200+si)))
+			runCrashScenario(t, inc, "exactly_once", n, kills, rng)
+		})
 	}
 }
 
@@ -181,6 +197,10 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 	if sc.state != "" {
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
+		if sc.incremental {
+			require.Contains(t, string(b), "  retain: 3\n")
+			b = bytes.Replace(b, []byte("  retain: 3\n"), []byte("  retain: 1\n  incremental: true\n"), 1)
+		}
 		file = filepath.Join(work, filepath.Base(file))
 		require.NoError(t, os.WriteFile(file, append(b, sc.state...), 0o644))
 	}
@@ -199,6 +219,12 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 	t.Logf("%s/%s: %d records, %d kills, %d incarnations, last completed checkpoint before the final run: %d; kill moments: %s",
 		sc.name, mode, n, cr.kills, cr.incarnations, cr.lastCompleted, strings.Join(cr.moments, ", "))
 	require.Positive(t, cr.kills, "the run ended before any kill")
+	if sc.incremental {
+		t.Logf("%d delta parts written, %d restores of a checkpoint with delta parts", cr.deltasWritten, cr.chainRestores)
+		require.Positive(t, cr.deltasWritten, "no checkpoint wrote a delta part")
+	} else {
+		require.Zero(t, cr.deltasWritten, "delta parts without checkpoint.incremental")
+	}
 	if sc.state != "" {
 		// The live files were under the state dir, and the final run
 		// removed those that the killed ones left.
@@ -384,7 +410,10 @@ func crashWorkDir(t *testing.T) string {
 type crashResult struct {
 	kills, incarnations int
 	lastCompleted       int64
-	moments             []string
+	// deltasWritten counts the delta parts of completed checkpoints;
+	// chainRestores the restores of a checkpoint with delta parts.
+	deltasWritten, chainRestores int
+	moments                      []string
 	// committed maps each final part file seen after a kill to the SHA-256
 	// of its content: committed files never change again.
 	committed map[string][sha256.Size]byte
@@ -417,6 +446,11 @@ func crashLoopAt(t *testing.T, dir string, env map[string]string, file string, k
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("stderr-%02d.log", cr.incarnations)), []byte(p.log.text()), 0o644))
 		p.requireRestoredFrom(t, cr.lastCompleted)
 		cr.lastCompleted = max(cr.lastCompleted, p.log.lastCompleted())
+		written, restored := p.log.deltas()
+		cr.deltasWritten += written
+		if restored > 0 {
+			cr.chainRestores++
+		}
 		if !res.killed {
 			require.Equal(t, 0, res.code, "incarnation %d failed; stderr:\n%s", cr.incarnations, p.log.text())
 			s := summary(t, p.log.text())
@@ -566,6 +600,9 @@ type logWatch struct {
 	restored int64
 	fresh    bool
 	entries  []logEntry
+	// Delta parts written by the completed checkpoints, and in the
+	// checkpoint restored (checkpoint.incremental).
+	deltasWritten, deltasRestored int
 }
 
 // logEntry is a json log line's fields that the tests look at.
@@ -578,6 +615,7 @@ type logEntry struct {
 	Err        string `json:"err"`
 	Path       string `json:"path"`
 	ImportedAs *int64 `json:"imported_as"`
+	DeltaParts int    `json:"delta_parts"`
 }
 
 func newLogWatch() *logWatch { return &logWatch{completed: make(chan int64, 4096)} }
@@ -602,12 +640,14 @@ func (w *logWatch) Write(b []byte) (int, error) {
 		switch {
 		case e.Msg == "checkpoint complete" && e.Checkpoint != nil:
 			w.last = max(w.last, *e.Checkpoint)
+			w.deltasWritten += e.DeltaParts
 			select {
 			case w.completed <- *e.Checkpoint:
 			default:
 			}
 		case e.Msg == "restoring from checkpoint" && e.Checkpoint != nil:
 			w.restored = *e.Checkpoint
+			w.deltasRestored = e.DeltaParts
 		case strings.HasPrefix(e.Msg, "no checkpoint to restore"):
 			w.fresh = true
 		}
@@ -619,6 +659,12 @@ func (w *logWatch) text() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+func (w *logWatch) deltas() (written, restored int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deltasWritten, w.deltasRestored
 }
 
 func (w *logWatch) lastCompleted() int64 {

@@ -21,7 +21,7 @@ func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, erro
 }
 
 // boltPending adapts a pending checkpoint of the bbolt store to
-// PendingCheckpoint and PartCreator.
+// PendingCheckpoint, PartCreator and DeltaCreator.
 type boltPending struct {
 	*statestore.PendingCheckpoint
 }
@@ -29,6 +29,15 @@ type boltPending struct {
 // Create streams a part into a file of its own.
 func (p boltPending) Create(part string) (PartWriter, error) {
 	w, err := p.PendingCheckpoint.Create(part)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// CreateDelta streams a delta part into a file of its own.
+func (p boltPending) CreateDelta(part string, base int64) (PartWriter, error) {
+	w, err := p.PendingCheckpoint.CreateDelta(part, base)
 	if err != nil {
 		return nil, err
 	}

@@ -217,11 +217,22 @@ type inFlight struct {
 	ready bool
 	// req is the savepoint request this checkpoint answers, or nil.
 	req *savepointReq
+	// Of the keyed state parts written: their bytes, and how many of them
+	// are deltas (checkpoint.incremental).
+	stateBytes int64
+	deltaParts int
 }
 
 type writeResult struct {
 	id  int64
 	err error
+	partStats
+}
+
+// partStats sums up the keyed state parts of an ack.
+type partStats struct {
+	bytes  int64
+	deltas int
 }
 
 func newCoordinator(j *Job, spec CheckpointSpec, store CheckpointStore, firstID int64) *coordinator {
@@ -404,8 +415,8 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	f.writing++
 	go func() {
-		err := writeAck(f.pending, a, parts)
-		c.written <- writeResult{id: a.Checkpoint, err: err}
+		st, err := writeAck(f.pending, a, parts)
+		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st}
 	}()
 }
 
@@ -417,6 +428,15 @@ type PartCreator interface {
 	Create(part string) (PartWriter, error)
 }
 
+// DeltaCreator is a PartCreator that also stores delta parts: a keyed
+// state part that is a delta on the part of the same name of completed
+// checkpoint base (statestore.DeltaSnapshot). It fails with
+// statestore.ErrDeltaBase when that part is gone; the part is then written
+// in full.
+type DeltaCreator interface {
+	CreateDelta(part string, base int64) (PartWriter, error)
+}
+
 // PartWriter streams one part: Write it, then Close, which returns once
 // the part is durable; Abort gives it up and fails the checkpoint.
 type PartWriter interface {
@@ -425,46 +445,68 @@ type PartWriter interface {
 	Abort()
 }
 
-func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) error {
+func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) (partStats, error) {
 	defer a.release()
+	var st partStats
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		if err := p.Put(name, parts[name]); err != nil {
-			return err
+			return st, err
 		}
 	}
 	for id, snap := range a.States {
-		if err := writeState(p, statePart(id, a.Subtask), snap); err != nil {
-			return fmt.Errorf("state of step %q: %w", id, err)
+		n, delta, err := writeState(p, statePart(id, a.Subtask), snap)
+		if err != nil {
+			return st, fmt.Errorf("state of step %q: %w", id, err)
+		}
+		st.bytes += n
+		if delta {
+			st.deltas++
 		}
 	}
-	return nil
+	return st, nil
 }
 
 // writeState encodes a snapshot into part name and releases it as soon as
 // it is encoded (key group by key group when streamed to a part file), so
 // that the garbage collector gets back what it kept alive (the values the
 // task has replaced since) while the part is made durable.
-func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) error {
+func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) (size int64, delta bool, err error) {
+	// A delta goes to a DeltaCreator; anywhere else the snapshot is full.
+	ds, _ := snap.(statestore.DeltaSnapshot)
+	dc, _ := p.(DeltaCreator)
+	if ds != nil && ds.Base() != 0 && dc == nil {
+		ds.Full()
+	}
 	pc, ok := p.(PartCreator)
 	if !ok {
 		buf, err := snap.AppendTo(nil)
 		snap.Release()
 		if err != nil {
-			return fmt.Errorf("encode: %w", err)
+			return 0, false, fmt.Errorf("encode: %w", err)
 		}
-		return p.Put(name, buf)
+		return int64(len(buf)), false, p.Put(name, buf)
 	}
-	w, err := pc.Create(name)
+	var w PartWriter
+	if ds != nil && ds.Base() != 0 {
+		if w, err = dc.CreateDelta(name, ds.Base()); errors.Is(err, statestore.ErrDeltaBase) {
+			ds.Full() // the base's part is gone (retention): write in full
+			w, err = nil, nil
+		}
+	}
+	delta = w != nil
+	if w == nil && err == nil {
+		w, err = pc.Create(name)
+	}
 	if err != nil {
 		snap.Release()
-		return err
+		return 0, false, err
 	}
-	_, err = snap.WriteAndRelease(w)
+	size, err = snap.WriteAndRelease(w)
 	if err != nil {
 		w.Abort()
-		return fmt.Errorf("encode: %w", err)
+		return size, delta, fmt.Errorf("encode: %w", err)
 	}
-	return w.Close()
+	return size, delta, w.Close()
 }
 
 func (c *coordinator) onWritten(w writeResult) {
@@ -476,6 +518,8 @@ func (c *coordinator) onWritten(w writeResult) {
 	if w.err != nil && f.err == nil {
 		f.err = w.err
 	}
+	f.stateBytes += w.bytes
+	f.deltaParts += w.deltas
 	if f.writing > 0 || f.acked < len(c.job.tasks) {
 		return
 	}
@@ -522,7 +566,7 @@ func (c *coordinator) complete(f *inFlight) {
 	c.lastComplete = time.Now()
 	c.failures = 0
 	c.logger.Info("checkpoint complete", "checkpoint", f.id, "duration", time.Since(f.started).Round(time.Millisecond),
-		"final", f.final, "savepoint", f.req != nil)
+		"final", f.final, "savepoint", f.req != nil, "state_bytes", f.stateBytes, "delta_parts", f.deltaParts)
 	if f.req != nil {
 		// Before notify-complete: the tasks end after the final one, and
 		// the job's end waits for the exports started before.

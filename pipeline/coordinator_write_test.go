@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,8 +57,10 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 	require.NotEmpty(t, want)
 	p, err := BoltCheckpoints(store).Begin(1, CheckpointMeta{Pipeline: "p"})
 	require.NoError(t, err)
-	require.NoError(t, writeAck(p, Ack{Checkpoint: 1, Subtask: 2, States: map[string]statestore.Snapshot{"w": snap}},
-		map[string][]byte{"src/gen/2": []byte("pos")}))
+	st, err := writeAck(p, Ack{Checkpoint: 1, Subtask: 2, States: map[string]statestore.Snapshot{"w": snap}},
+		map[string][]byte{"src/gen/2": []byte("pos")})
+	require.NoError(t, err)
+	require.Equal(t, partStats{bytes: int64(len(want))}, st)
 	require.Equal(t, 1, synced, "the state part was streamed to a file")
 	require.NoError(t, p.Complete(context.Background()))
 	cp, err := store.Latest(context.Background())
@@ -73,6 +76,99 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 	snap, err = be.Snapshot()
 	require.NoError(t, err)
 	pp := &putPending{parts: map[string][]byte{}}
-	require.NoError(t, writeAck(pp, Ack{Checkpoint: 2, States: map[string]statestore.Snapshot{"w": snap}}, nil))
+	_, err = writeAck(pp, Ack{Checkpoint: 2, States: map[string]statestore.Snapshot{"w": snap}}, nil)
+	require.NoError(t, err)
 	require.Equal(t, want, pp.parts["op/w/0"])
+}
+
+// A bbolt backend's checkpoint snapshot that is a delta goes into a delta
+// part on its base, which reads back as the full snapshot; where the base
+// is gone, or the store takes no delta parts, the snapshot is written in
+// full.
+func TestWriteAckDeltaParts(t *testing.T) {
+	ctx := context.Background()
+	be, err := statestore.NewBolt(statestore.BoltOptions{
+		Options: statestore.Options{KeyGroup: func(k string) int { return len(k) % 4 }, KeyGroups: [2]int{0, 4}},
+		Dir:     t.TempDir(), Incremental: true,
+	})
+	require.NoError(t, err)
+	defer be.Close()
+	v, err := statestore.RegisterValue(be, statestore.ValueDescriptor[int]{Name: "v"})
+	require.NoError(t, err)
+	for i := range 100 {
+		v.Put(fmt.Sprint("key", i), "", i)
+	}
+	store, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1})
+	require.NoError(t, err)
+	defer store.Close(ctx)
+
+	// checkpoint writes checkpoint id of be into s, completes it, and
+	// returns the part's info and bytes, and the full snapshot they must
+	// equal.
+	checkpoint := func(s CheckpointStore, id int64) (statestore.PartInfo, []byte, []byte) {
+		snap, err := be.SnapshotCheckpoint(id)
+		require.NoError(t, err)
+		full := writeFull(t, be)
+		p, err := s.Begin(id, CheckpointMeta{Pipeline: "p"})
+		require.NoError(t, err)
+		st, err := writeAck(p, Ack{Checkpoint: id, States: map[string]statestore.Snapshot{"w": snap}}, nil)
+		require.NoError(t, err)
+		require.NoError(t, p.Complete(ctx))
+		be.CheckpointCompleted(id)
+		if s, ok := s.(boltStore); ok {
+			cp, err := s.s.Checkpoint(ctx, id)
+			require.NoError(t, err)
+			defer cp.Close()
+			got, err := cp.Get("op/w/0")
+			require.NoError(t, err)
+			info := cp.Parts()[0]
+			require.Equal(t, partStats{bytes: info.Size, deltas: min(1, int(info.Base))}, st)
+			return info, got, full
+		}
+		return statestore.PartInfo{}, nil, full
+	}
+	info, got, full := checkpoint(BoltCheckpoints(store), 1)
+	require.Zero(t, info.Base)
+	require.Equal(t, full, got)
+	size := info.Size
+	for id := int64(2); id <= 3; id++ {
+		v.Put(fmt.Sprint("key", id), "", -1)
+		v.Delete(fmt.Sprint("key", id+10), "")
+		info, got, full = checkpoint(BoltCheckpoints(store), id)
+		require.Equal(t, id-1, info.Base, "checkpoint %d", id)
+		require.Less(t, info.Size, size/4, "checkpoint %d", id)
+		require.Equal(t, full, got, "checkpoint %d", id)
+	}
+
+	// Another store has no checkpoint 3: the delta on it is written in full.
+	other, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{})
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	v.Put("key50", "", -1)
+	info, got, full = checkpoint(BoltCheckpoints(other), 4)
+	require.Zero(t, info.Base)
+	require.Equal(t, full, got)
+
+	// The next delta builds on checkpoint 4, wherever it was written; a
+	// store without delta parts gets it in full.
+	v.Put("key51", "", -1)
+	snap, err := be.SnapshotCheckpoint(5)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), snap.(statestore.DeltaSnapshot).Base())
+	full = writeFull(t, be)
+	pp := &putPending{parts: map[string][]byte{}}
+	st, err := writeAck(pp, Ack{Checkpoint: 5, States: map[string]statestore.Snapshot{"w": snap}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, full, pp.parts["op/w/0"])
+	require.Equal(t, partStats{bytes: int64(len(full))}, st)
+}
+
+// writeFull returns the bytes of a full snapshot of b.
+func writeFull(t *testing.T, b statestore.Backend) []byte {
+	snap, err := b.Snapshot()
+	require.NoError(t, err)
+	defer snap.Release()
+	full, err := snap.AppendTo(nil)
+	require.NoError(t, err)
+	return full
 }

@@ -160,7 +160,8 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 		if s.stateDir != "" {
 			dir = filepath.Join(s.stateDir, liveDir, fmt.Sprintf("%s-%d", s.node.ID, s.info.Subtask))
 		}
-		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: dir, CacheEntries: st.CacheEntries})
+		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: dir, CacheEntries: st.CacheEntries,
+			Incremental: s.spec.Checkpoint != nil && s.spec.Checkpoint.Incremental})
 	} else {
 		b, err = statestore.NewMemory(opts)
 	}

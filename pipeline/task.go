@@ -277,7 +277,13 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 		if s.state != nil && coord != nil {
 			// The synchronous part: cheap capture; encoding happens on the
 			// coordinator's side while this task goes on.
-			snap, err := s.state.Snapshot()
+			var snap statestore.Snapshot
+			var err error
+			if inc, ok := s.state.(statestore.IncrementalBackend); ok {
+				snap, err = inc.SnapshotCheckpoint(b.ID)
+			} else {
+				snap, err = s.state.Snapshot()
+			}
 			if err != nil {
 				ack.release()
 				return fmt.Errorf("snapshot state of step %q at checkpoint %d: %w", s.node.ID, b.ID, err)
@@ -328,6 +334,11 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 		return false, nil
 	}
 	t.committed = m.complete
+	for _, s := range t.stages {
+		if inc, ok := s.state.(statestore.IncrementalBackend); ok {
+			inc.CheckpointCompleted(m.complete)
+		}
+	}
 	// The final completion can arrive before this task saw its inputs
 	// terminate: awaitFinal must not wait for it again.
 	t.finalDone = t.finalDone || m.final

@@ -204,6 +204,33 @@ type Snapshot interface {
 	Release()
 }
 
+// IncrementalBackend is a backend whose checkpoint snapshots can be deltas
+// on the snapshot of the last checkpoint that completed (the bbolt backend
+// with BoltOptions.Incremental; docs/state.md, "Incremental checkpoints").
+// Both methods run on the task goroutine.
+type IncrementalBackend interface {
+	Backend
+	// SnapshotCheckpoint is Snapshot for checkpoint id. The snapshot is a
+	// DeltaSnapshot; its Base tells whether it is a delta.
+	SnapshotCheckpoint(id int64) (Snapshot, error)
+	// CheckpointCompleted tells that checkpoint id completed: its snapshot
+	// may be the base of the next ones.
+	CheckpointCompleted(id int64)
+}
+
+// DeltaSnapshot is a snapshot of an IncrementalBackend. Its blobs are
+// delta blobs when Base is not 0: written as a delta part on the part of
+// checkpoint Base (PendingCheckpoint.CreateDelta).
+type DeltaSnapshot interface {
+	Snapshot
+	// Base returns the checkpoint whose snapshot this one is a delta on,
+	// or 0 when it is full.
+	Base() int64
+	// Full makes the snapshot a full one (Base returns 0): the fallback
+	// when the base's part cannot be used. Call it before writing.
+	Full()
+}
+
 // SummedWriter is a writer that keeps a CRC-32C of everything written to it
 // (a checkpoint's PartWriter). A Snapshot's WriteTo hands it each blob with
 // the blob's CRC-32C, which encoding the blob computed anyway, so that the

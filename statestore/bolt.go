@@ -112,6 +112,10 @@ type BoltOptions struct {
 	// CacheEntries bounds the write-back cache: how many keys, summed over
 	// the states, are kept decoded in memory. 0: DefaultCacheEntries.
 	CacheEntries int
+	// Incremental makes SnapshotCheckpoint take deltas on the snapshot of
+	// the last completed checkpoint (checkpoint.incremental): the backend
+	// then records the keys of the records each flush changes.
+	Incremental bool
 }
 
 // Bolt is the bbolt state backend: the live state is in a bbolt file, the
@@ -157,6 +161,15 @@ type Bolt struct {
 
 	snapMu sync.Mutex
 	snaps  map[*boltSnap]struct{} // open snapshots, closed by Close
+
+	// Incremental snapshots (bolt_delta.go).
+	incremental bool
+	layout      uint64 // bumped when states change otherwise than by writes
+	seq         uint64 // checkpoint snapshots taken
+	changes     []changeSet
+	records     []*snapRecord // checkpoint snapshots not completed yet
+	base        *snapRecord   // the last completed one
+	lostChanges bool          // changes since the last snapshot were not all recorded
 }
 
 type boltRegistered struct {
@@ -178,11 +191,16 @@ type boltTableOps interface {
 	// dropCache drops every unpinned entry (they must be clean).
 	dropCache() int
 	freeze(tx *bolt.Tx, start int) frozenState
+	freezeDelta(tx *bolt.Tx, start int, changed [][]string) frozenState
+	takeChanges() []string
 	restoreGroup(tx *bolt.Tx, group int, entries []wireEntry, now int64) error
 	cleanup(now int64) (int, error)
 }
 
-var _ Backend = (*Bolt)(nil)
+var (
+	_ IncrementalBackend = (*Bolt)(nil)
+	_ DeltaSnapshot      = (*boltSnapshot)(nil)
+)
 
 // NewBolt creates the live state file and returns an empty bbolt backend.
 // The runtime calls it on the task goroutine when a stateful step opens.
@@ -204,7 +222,7 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		kg: opts.KeyGroup, clock: opts.Clock, start: opts.KeyGroups[0], end: opts.KeyGroups[1],
 		dir: opts.Dir, limit: opts.CacheEntries,
 		states: map[string]boltRegistered{}, pending: map[string]Kind{}, mem: mem,
-		restored: map[int]bool{}, snaps: map[*boltSnap]struct{}{},
+		restored: map[int]bool{}, snaps: map[*boltSnap]struct{}{}, incremental: opts.Incremental,
 	}
 	if b.dir == "" {
 		if b.dir, err = os.MkdirTemp("", "eddy-state-"); err != nil {
@@ -469,6 +487,7 @@ func registerBolt[S, H any](b *Bolt, spec stateSpec, fn tableFuncs[S], wrap func
 		return zero, fmt.Errorf("register state %q: %w", spec.name, err)
 	}
 	delete(b.pending, spec.name)
+	b.layout++
 	h := wrap(t)
 	b.states[spec.name] = boltRegistered{tbl: t, handle: h}
 	b.tables = append(b.tables, t)
@@ -478,16 +497,32 @@ func registerBolt[S, H any](b *Bolt, spec stateSpec, fn tableFuncs[S], wrap func
 // Snapshot implements Backend. It writes the dirty cache entries, opens a
 // read transaction that the snapshot encodes from, and captures the timers.
 func (b *Bolt) Snapshot() (Snapshot, error) {
+	if err := b.beginSnapshot(); err != nil {
+		return nil, err
+	}
+	return b.snapshot(nil, nil)
+}
+
+// beginSnapshot checks that the backend can take a snapshot and writes the
+// dirty cache entries.
+func (b *Bolt) beginSnapshot() error {
 	if b.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if err := b.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.flush(); err != nil {
 		b.fail(err)
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// snapshot takes a snapshot of the flushed state: a checkpoint's when rec
+// is not nil, a delta on rec.base when that is not nil, with since[i] the
+// change sets of table i after the base.
+func (b *Bolt) snapshot(rec *snapRecord, since [][][]string) (*boltSnapshot, error) {
 	tx, err := b.db.Begin(false)
 	if err != nil {
 		err = fmt.Errorf("snapshot %s: %w", b.path, err)
@@ -495,13 +530,24 @@ func (b *Bolt) Snapshot() (Snapshot, error) {
 		return nil, err
 	}
 	ms := &memSnapshot{start: b.start, end: b.end, now: b.clock()}
-	for _, t := range b.tables {
-		ms.states = append(ms.states, t.freeze(tx, b.start))
+	var full []frozenState
+	for i, t := range b.tables {
+		full = append(full, t.freeze(tx, b.start))
+		if rec != nil && rec.base != nil {
+			ms.states = append(ms.states, t.freezeDelta(tx, b.start, since[i]))
+		}
 	}
 	for name, kind := range b.pending {
-		ms.states = append(ms.states, &boltFrozenPending{name_: name, kind_: kind, tx: tx, start: b.start})
+		full = append(full, &boltFrozenPending{name_: name, kind_: kind, tx: tx, start: b.start})
 	}
-	slices.SortFunc(ms.states, func(a, b frozenState) int { return cmpString(a.name(), b.name()) })
+	byName := func(a, b frozenState) int { return cmpString(a.name(), b.name()) }
+	slices.SortFunc(full, byName)
+	if rec != nil && rec.base != nil {
+		slices.SortFunc(ms.states, byName)
+		ms.delta = true
+	} else {
+		ms.states = full
+	}
 	for _, t := range b.mem.timers {
 		if f := t.freeze(); f.n > 0 {
 			ms.timers = append(ms.timers, f)
@@ -509,7 +555,7 @@ func (b *Bolt) Snapshot() (Snapshot, error) {
 	}
 	slices.SortFunc(ms.timers, func(a, b frozenTimers) int { return cmpString(a.name, b.name) })
 
-	s := &boltSnap{b: b, tx: tx, snap: ms}
+	s := &boltSnap{b: b, tx: tx, snap: ms, full: full, rec: rec}
 	b.snapMu.Lock()
 	b.snaps[s] = struct{}{}
 	b.snapMu.Unlock()
@@ -605,6 +651,7 @@ func (b *Bolt) Restore(blobs ...[]byte) error {
 		b.cached -= t.dropCache()
 	}
 	maps.Copy(b.pending, pendingKinds)
+	b.layout++
 	b.mem.restoreTimers(decoded)
 	for kg := range groups {
 		b.restored[kg] = true
@@ -655,6 +702,10 @@ type boltSnap struct {
 	state int
 	tx    *bolt.Tx
 	snap  *memSnapshot
+	// full are the states of a full snapshot (Full); rec is the
+	// checkpoint's record, nil for Snapshot's.
+	full []frozenState
+	rec  *snapRecord
 }
 
 // end rolls back the read transaction, once; any goroutine.
@@ -701,7 +752,12 @@ func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
 	case snapClosed:
 		return dst, fmt.Errorf("encode snapshot: %w", ErrClosed)
 	}
-	return s.snap.AppendTo(dst)
+	n := len(dst)
+	dst, err := s.snap.AppendTo(dst)
+	if s.rec != nil {
+		s.rec.written.Store(int64(len(dst) - n))
+	}
+	return dst, err
 }
 
 func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
@@ -714,7 +770,34 @@ func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
 	case snapClosed:
 		return 0, fmt.Errorf("encode snapshot: %w", ErrClosed)
 	}
-	return s.snap.WriteTo(w)
+	n, err := s.snap.WriteTo(w)
+	if s.rec != nil {
+		s.rec.written.Store(n)
+	}
+	return n, err
+}
+
+// Base implements DeltaSnapshot.
+func (o *boltSnapshot) Base() int64 {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rec == nil || s.rec.full.Load() {
+		return 0
+	}
+	return s.rec.baseID
+}
+
+// Full implements DeltaSnapshot.
+func (o *boltSnapshot) Full() {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != snapOpen || !s.snap.delta {
+		return
+	}
+	s.snap.states, s.snap.delta = s.full, false
+	s.rec.full.Store(true)
 }
 
 func (o *boltSnapshot) WriteAndRelease(w io.Writer) (int64, error) {

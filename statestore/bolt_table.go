@@ -258,6 +258,10 @@ type boltTable[S any] struct {
 	// checkValue reports whether a record value decodes into S
 	// (valueChecker), on the task goroutine.
 	checkValue func(data []byte) error
+	// changed holds the records written or deleted since the last
+	// checkpoint's snapshot (the bbolt keys, repeats included), when the
+	// backend is incremental.
+	changed []string
 }
 
 func newBoltTable[S any](b *Bolt, spec stateSpec, fn tableFuncs[S]) *boltTable[S] {
@@ -632,9 +636,11 @@ func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
 	}
 	for _, e := range t.dirty {
 		for _, ns := range e.removed {
-			if err := bkt.Delete(key(e, ns)); err != nil {
+			k := key(e, ns)
+			if err := bkt.Delete(k); err != nil {
 				return fmt.Errorf("delete key %q of state %q: %w", e.key, t.spec.name, err)
 			}
+			t.recordChange(k)
 		}
 		for i := range e.items {
 			p := &e.items[i]
@@ -655,6 +661,7 @@ func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
 			if err := bkt.Put(k, a[s:len(a):len(a)]); err != nil {
 				return fmt.Errorf("write key %q of state %q: %w", e.key, t.spec.name, err)
 			}
+			t.recordChange(k)
 		}
 	}
 	return nil
@@ -916,6 +923,7 @@ func (t *boltTable[S]) cleanup(now int64) (int, error) {
 			}
 			if t.slotTTL > 0 && now-ts >= t.slotTTL {
 				n++
+				t.recordChange(k)
 				return nil, true, nil
 			}
 			if t.fn.purge == nil {
@@ -929,6 +937,7 @@ func (t *boltTable[S]) cleanup(now int64) (int, error) {
 				return nil, false, nil
 			}
 			n += t.fn.purge(v, now)
+			t.recordChange(k)
 			if a, _ := t.fn.count(v, now); a == 0 {
 				return nil, true, nil
 			}
@@ -961,30 +970,36 @@ func (f *boltFrozen[S]) drop(int)     {} // the transaction holds the group, not
 
 func (f *boltFrozen[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
 	return appendBucketGroup(dst, f.tx, f.spec.name, f.start+gi, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
-		if f.slotTTL > 0 && now-ts >= f.slotTTL {
-			return nil, false, nil
-		}
-		if f.fn.count == nil {
-			return v, true, nil
-		}
-		var val S
-		if err := decMode.Unmarshal(v, &val); err != nil {
-			return nil, false, errIncompatibleValue(f.spec, string(key), err)
-		}
-		alive, expired := f.fn.count(val, now)
-		switch {
-		case alive == 0:
-			return nil, false, nil
-		case expired == 0:
-			return v, true, nil
-		}
-		filtered := f.fn.filter(val, now)
-		f.val.Reset()
-		if err := encMode.MarshalToBuffer(&filtered, &f.val); err != nil {
-			return nil, false, errEncodeValue(f.spec, string(key), err)
-		}
-		return f.val.Bytes(), true, nil
+		return f.value(key, ts, v, now)
 	})
+}
+
+// value returns the snapshot's CBOR of a record's value, or false when it
+// expired at now.
+func (f *boltFrozen[S]) value(key []byte, ts int64, v []byte, now int64) ([]byte, bool, error) {
+	if f.slotTTL > 0 && now-ts >= f.slotTTL {
+		return nil, false, nil
+	}
+	if f.fn.count == nil {
+		return v, true, nil
+	}
+	var val S
+	if err := decMode.Unmarshal(v, &val); err != nil {
+		return nil, false, errIncompatibleValue(f.spec, string(key), err)
+	}
+	alive, expired := f.fn.count(val, now)
+	switch {
+	case alive == 0:
+		return nil, false, nil
+	case expired == 0:
+		return v, true, nil
+	}
+	filtered := f.fn.filter(val, now)
+	f.val.Reset()
+	if err := encMode.MarshalToBuffer(&filtered, &f.val); err != nil {
+		return nil, false, errEncodeValue(f.spec, string(key), err)
+	}
+	return f.val.Bytes(), true, nil
 }
 
 // boltFrozenPending is a state restored but not registered: its entries go

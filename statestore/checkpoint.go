@@ -38,6 +38,12 @@ import (
 //     verify, with a warning.
 //   - Retention keeps the newest Retain completed checkpoints, and deletes
 //     incomplete leftovers (aborted, failed, or from a crash).
+//   - Incremental checkpoints: a part may be a delta on the same-named part
+//     of an older completed checkpoint, its base, which may be a delta
+//     itself: a chain that ends at a whole part. Retention keeps every
+//     checkpoint that a kept one, a pinned one, or a pending one's delta
+//     part needs; reads return the merged whole part; a checkpoint verifies
+//     only with every part of its chains.
 
 const (
 	// CheckpointFileName is the checkpoint store's file in its state dir.
@@ -102,8 +108,12 @@ type CheckpointMeta struct {
 // PartInfo is what the metadata records of one part.
 type PartInfo struct {
 	Name   string
-	Size   int64  // bytes of the blob
-	CRC32C uint32 // CRC32-C (Castagnoli) of the blob
+	Size   int64  // bytes of the blob as stored (of a delta part: of the delta)
+	CRC32C uint32 // CRC32-C (Castagnoli) of the blob as stored
+	// Base is 0 for a whole part. Otherwise the part is a delta on the part
+	// of the same name of checkpoint Base (older, completed), which may be
+	// a delta itself; Checkpoint.Get returns the merged whole part.
+	Base int64
 }
 
 // CheckpointInfo is one row of List.
@@ -111,9 +121,13 @@ type CheckpointInfo struct {
 	ID       int64
 	Time     time.Time // when it was triggered (CheckpointMeta.Time)
 	Pipeline string
-	Size     int64 // bytes of the parts stored so far
+	Size     int64 // bytes of the parts stored so far, not of their bases
 	Parts    int   // parts stored so far
 	Complete bool  // the metadata record is written; says nothing of verification
+	// Incremental is set when a part of the completed checkpoint is a
+	// delta (PartInfo.Base), so that restoring it reads older checkpoints
+	// too. Always false for an incomplete checkpoint.
+	Incremental bool
 }
 
 // CheckpointStore stores the checkpoints of one pipeline in one bbolt file,
@@ -359,6 +373,10 @@ func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
 		}
 		cb := root.Bucket(k)
 		ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
+		if ci.Complete {
+			bases, err := readBases(cb)
+			ci.Incremental = err == nil && len(bases) > 0
+		}
 		var info wireInfo
 		if decodeRecord(recInfo, cb.Get(keyInfo), &info) == nil {
 			ci.Time = time.Unix(0, info.Time)
@@ -386,8 +404,9 @@ func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
 }
 
 // Latest returns the newest completed checkpoint whose metadata and every
-// part verify. A newer one that does not verify is skipped with a warning
-// naming it and saying why. With no completed checkpoint at all it returns
+// part verify, with every part of the chains of its delta parts. A newer
+// one that does not verify is skipped with a warning naming it and saying
+// why. With no completed checkpoint at all it returns
 // ErrNoCheckpoint; when none verifies, an error wrapping
 // ErrNoValidCheckpoint (and each checkpoint's ErrCheckpointCorrupt) that
 // lists what was tried. It reads every byte of the checkpoint it returns
@@ -422,11 +441,13 @@ func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
 		return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, ErrNoCheckpoint)
 	}
 	var errs []error
+	// A part of a chain that several checkpoints share is read once.
+	checked := map[partKey]error{}
 	for i, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, err)
 		}
-		cp, err := s.open(ctx, id)
+		cp, err := s.open(ctx, id, checked)
 		if err == nil {
 			return cp, nil
 		}
@@ -451,21 +472,23 @@ func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
 // as Latest does but without falling back (ErrNoCheckpoint when there is
 // no such completed checkpoint).
 func (s *CheckpointStore) Checkpoint(ctx context.Context, id int64) (*Checkpoint, error) {
-	cp, err := s.open(ctx, id)
+	cp, err := s.open(ctx, id, nil)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.path, err)
 	}
 	return cp, nil
 }
 
-func (s *CheckpointStore) open(ctx context.Context, id int64) (*Checkpoint, error) {
+// open pins checkpoint id (and so, through retention, every checkpoint of
+// its chains) and verifies it; checked is verifyCheckpoint's.
+func (s *CheckpointStore) open(ctx context.Context, id int64, checked map[partKey]error) (*Checkpoint, error) {
 	if err := s.pin(id); err != nil {
 		return nil, err
 	}
 	var r *ckptRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = verifyCheckpoint(ctx, tx, s.partsDir, id)
+		r, err = verifyCheckpoint(ctx, tx, s.partsDir, id, checked)
 		return err
 	})
 	if err != nil {
@@ -490,6 +513,8 @@ func (s *CheckpointStore) view(fn func(*bolt.Tx) error) error {
 	return err
 }
 
+// pin keeps checkpoint id from retention until unpin, and with it the
+// checkpoints of its chains.
 func (s *CheckpointStore) pin(id int64) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -526,6 +551,10 @@ type PendingCheckpoint struct {
 	files  map[string]string // part name -> file name, of the parts written with Create
 	nfiles int               // files created
 	puts   sync.WaitGroup    // Puts and PartWriters in flight
+	// bases are the pins CreateDelta took on the bases of delta parts,
+	// released once the checkpoint is complete (its metadata then keeps
+	// them) or failed.
+	bases []int64
 }
 
 type pendingCkptState uint8
@@ -656,6 +685,7 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 		p.fail(err)
 		p.setState(pendingCkptFailed)
 		p.s.deactivate(p.id)
+		p.releaseBases()
 		return wrap(err)
 	}
 	if err := waitGroup(ctx, &p.puts); err != nil {
@@ -686,9 +716,18 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 	}
 	for i, pi := range parts {
 		wm.Parts[i] = wirePart{Name: pi.Name, Size: pi.Size, CRC: pi.CRC32C}
+		if pi.Base != 0 {
+			if wm.Bases == nil {
+				wm.Bases = map[string]int64{}
+			}
+			wm.Bases[pi.Name] = pi.Base
+		}
 	}
 	version := byte(1)
-	if len(files) > 0 {
+	switch {
+	case len(wm.Bases) > 0:
+		version = deltaFormatVersion
+	case len(files) > 0:
 		version = filesFormatVersion
 	}
 	rec, err := encodeRecordVersion(recMeta, version, wm)
@@ -700,6 +739,20 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 	}
 	p.setState(pendingCkptCompleted)
 	return nil
+}
+
+// releaseBases releases the pins on the bases of the delta parts, once:
+// the metadata of a completed checkpoint keeps them from then on (the
+// writer releases them as it commits the metadata, before retention
+// runs), and a failed one needs them no more.
+func (p *PendingCheckpoint) releaseBases() {
+	p.mu.Lock()
+	bases := p.bases
+	p.bases = nil
+	p.mu.Unlock()
+	for _, id := range bases {
+		p.s.unpin(id)
+	}
 }
 
 // Abort deletes what the checkpoint wrote, after the Puts in flight. It is
@@ -721,6 +774,7 @@ func (p *PendingCheckpoint) Abort() error {
 	p.puts.Wait()
 	err := p.s.submit(&writeReq{op: wDelete, ids: []int64{p.id}, fault: OpAbort})
 	p.s.deactivate(p.id)
+	p.releaseBases()
 	if err != nil {
 		return fmt.Errorf("abort checkpoint %d: %w", p.id, err)
 	}
@@ -766,14 +820,18 @@ func (c *Checkpoint) Meta() CheckpointMeta { return c.rec.meta }
 // CompletedAt returns when Complete wrote the metadata.
 func (c *Checkpoint) CompletedAt() time.Time { return c.rec.completed }
 
-// Size returns the total bytes of the parts.
+// Size returns the total bytes of the checkpoint's own parts, as stored:
+// a delta part counts with its size, not with its chain's.
 func (c *Checkpoint) Size() int64 { return c.rec.size }
 
-// Parts lists the parts, sorted by name.
+// Parts lists the parts, sorted by name, each as stored (a delta part with
+// its Base, Size and CRC32C).
 func (c *Checkpoint) Parts() []PartInfo { return slices.Clone(c.rec.parts) }
 
 // Get returns a copy of one part's blob, checked against its checksum and
-// the metadata (ErrCheckpointCorrupt), or ErrPartNotFound.
+// the metadata (ErrCheckpointCorrupt), or ErrPartNotFound. For a delta part
+// it reads every part of the chain, each checked so, and returns them
+// merged: the whole part, as a full snapshot would have written it.
 func (c *Checkpoint) Get(part string) ([]byte, error) {
 	wrap := func(err error) error { return fmt.Errorf("checkpoint %d: get part %q: %w", c.rec.id, part, err) }
 	pi, ok := c.rec.find(part)
@@ -790,7 +848,13 @@ func (c *Checkpoint) Get(part string) ([]byte, error) {
 	if c.store != nil {
 		view = c.store.view
 	}
-	blob, err := readPart(view, c.partsDir, c.rec.id, pi)
+	var blob []byte
+	var err error
+	if chain := c.rec.chains[part]; chain != nil {
+		blob, err = readChain(view, c.partsDir, chain)
+	} else {
+		blob, err = readPart(view, c.partsDir, c.rec.id, pi)
+	}
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -798,9 +862,9 @@ func (c *Checkpoint) Get(part string) ([]byte, error) {
 }
 
 // Prefix yields, in name order, the parts whose name starts with prefix and
-// their blobs (copies, checked as by Get), e.g. Prefix("op/per_sensor/")
-// for every subtask's state of one step. When reading a part fails, the
-// iteration stops and Err returns the error.
+// their blobs (copies, checked and merged as by Get), e.g.
+// Prefix("op/per_sensor/") for every subtask's state of one step. When
+// reading a part fails, the iteration stops and Err returns the error.
 func (c *Checkpoint) Prefix(prefix string) iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		parts := c.rec.parts
@@ -829,7 +893,8 @@ func (c *Checkpoint) Err() error {
 	return c.err
 }
 
-// Close releases the checkpoint: retention may delete it again, and a
+// Close releases the checkpoint: retention may delete it (and the
+// checkpoints of its chains that nothing else needs) again, and a
 // savepoint's file is closed. Later reads fail with ErrStoreClosed.
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
@@ -1010,6 +1075,21 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 		if n != len(r.parts) {
 			return fmt.Errorf("%w: %d parts stored, %d written", ErrCheckpointCorrupt, n, len(r.parts))
 		}
+		// The bases are pinned, so this holds unless something else
+		// deleted them: never reference a base that is gone.
+		metas := newChainMetas(tx)
+		for _, pi := range r.parts {
+			if pi.Base == 0 {
+				continue
+			}
+			base, err := metas.get(pi.Base)
+			if err != nil {
+				return fmt.Errorf("%w: part %q is a delta on checkpoint %d: %w", ErrDeltaBase, pi.Name, pi.Base, err)
+			}
+			if _, ok := base.find(pi.Name); !ok {
+				return fmt.Errorf("%w: part %q is a delta on checkpoint %d, which has no such part", ErrDeltaBase, pi.Name, pi.Base)
+			}
+		}
 		if err := cb.Put(keyMeta, r.value); err != nil {
 			return err
 		}
@@ -1022,6 +1102,9 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 	delete(s.active, r.id)
 	s.maxComplete = max(s.maxComplete, r.id)
 	s.mu.Unlock()
+	// From now on the metadata keeps the bases, as long as retention keeps
+	// this checkpoint.
+	r.p.releaseBases()
 	s.applyRetention()
 	return nil
 }
@@ -1056,9 +1139,12 @@ func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error 
 
 // applyRetention deletes the completed checkpoints past the newest Retain,
 // and incomplete ones that no PendingCheckpoint of this store is writing
-// (aborted, failed, leftovers of a crash), except pinned ones, and the part
-// files of checkpoints the store does not hold. It runs on the writer
-// goroutine (or in Open, before it starts); failures are logged.
+// (aborted, failed, leftovers of a crash), and the part files of
+// checkpoints the store does not hold. It keeps pinned checkpoints (read by
+// a Checkpoint or an export, or the base of a pending checkpoint's delta
+// part) and, transitively, the bases of the delta parts of every
+// checkpoint it keeps. It runs on the writer goroutine (or in Open, before
+// it starts); failures are logged.
 func (s *CheckpointStore) applyRetention() {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
@@ -1068,7 +1154,7 @@ func (s *CheckpointStore) applyRetention() {
 	s.mu.Lock()
 	active := maps.Clone(s.active)
 	s.mu.Unlock()
-	var victims, orphans []int64
+	var victims, orphans, bases []int64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(bktCheckpoints)
 		for _, id := range dirs {
@@ -1076,6 +1162,8 @@ func (s *CheckpointStore) applyRetention() {
 				orphans = append(orphans, id)
 			}
 		}
+		var ids, todo []int64 // every checkpoint, newest first; kept ones whose bases are not looked at yet
+		keep := map[int64]bool{}
 		c := root.Cursor()
 		kept := 0
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
@@ -1083,14 +1171,46 @@ func (s *CheckpointStore) applyRetention() {
 			if !ok || v != nil {
 				continue
 			}
-			if root.Bucket(k).Get(keyMeta) != nil {
+			ids = append(ids, id)
+			switch {
+			case root.Bucket(k).Get(keyMeta) != nil:
 				if kept++; kept <= s.retain {
-					continue
+					keep[id] = true
+					todo = append(todo, id)
 				}
-			} else if active[id] != nil {
+			case active[id] != nil:
+				keep[id] = true
+			}
+		}
+		for id := range s.pins {
+			if !keep[id] {
+				keep[id] = true
+				todo = append(todo, id)
+			}
+		}
+		for len(todo) > 0 {
+			id := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			cb := root.Bucket(ckptKey(id))
+			if cb == nil || cb.Get(keyMeta) == nil {
 				continue
 			}
-			if s.pins[id] == 0 {
+			refs, err := readBases(cb)
+			if err != nil {
+				// Unreadable metadata: no read can use this checkpoint
+				// (Latest falls back past it), nor so its bases.
+				continue
+			}
+			for _, base := range refs {
+				if !keep[base] {
+					keep[base] = true
+					todo = append(todo, base)
+					bases = append(bases, base)
+				}
+			}
+		}
+		for _, id := range ids {
+			if !keep[id] {
 				victims = append(victims, id)
 			}
 		}
@@ -1112,7 +1232,8 @@ func (s *CheckpointStore) applyRetention() {
 		return
 	}
 	if len(victims) > 0 {
-		s.log.Debug("checkpoints deleted by retention", "store", s.path, "checkpoints", victims, "retain", s.retain)
+		slices.Sort(bases)
+		s.log.Debug("checkpoints deleted by retention", "store", s.path, "checkpoints", victims, "retain", s.retain, "kept_as_bases", bases)
 	}
 }
 

@@ -175,7 +175,7 @@ func TestCheckpointCrash(t *testing.T) {
 		phases[strings.Fields(last + " none")[0]]++
 
 		logs := &logBuffer{}
-		s, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: crashRetain, Logger: logs.logger()})
+		s, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: crashRetain, Logger: logs.Logger()})
 		require.NoError(t, err)
 		cp, err := s.Latest(context.Background())
 		if lastWrote == 0 && errors.Is(err, statestore.ErrNoCheckpoint) {

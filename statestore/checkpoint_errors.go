@@ -52,6 +52,13 @@ var (
 	// blob too large for one bbolt value.
 	ErrInvalidPart = errors.New("invalid checkpoint part")
 
+	// ErrDeltaBase marks a CreateDelta whose base cannot carry a delta
+	// part: it is not a completed checkpoint of the store (or not older
+	// than the pending one), it has no part of that name, or retention has
+	// deleted it. The caller writes the part whole instead (Create). A
+	// Complete that finds a base gone fails with it too.
+	ErrDeltaBase = errors.New("no such base for a delta part")
+
 	// ErrStoreClosed marks use of a closed CheckpointStore or Checkpoint.
 	ErrStoreClosed = errors.New("checkpoint store closed")
 )

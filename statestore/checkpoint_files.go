@@ -90,6 +90,7 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 type PartWriter struct {
 	p      *PendingCheckpoint
 	name   string
+	base   int64  // the base checkpoint of a delta part (CreateDelta); 0 for a whole part
 	file   string // base name in the checkpoint's directory
 	path   string
 	f      *os.File
@@ -108,17 +109,93 @@ type PartWriter struct {
 // flight: Complete and Abort wait for it. The same names and rules as Put
 // apply; a failed Write or Close fails the checkpoint.
 func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
-	wrap := func(err error) error { return fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err) }
+	w, err := p.create(part, 0)
+	if err != nil {
+		return nil, fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err)
+	}
+	return w, nil
+}
+
+// CreateDelta starts a part written as a stream, as Create does, that is a
+// delta on the part of the same name of completed checkpoint base, older
+// than this one: the blob holds what changed since that part (which may be
+// a delta itself), and reads of the part (Checkpoint.Get, a savepoint)
+// merge its chain into the whole part. Called by the coordinator's writer
+// goroutine of an ack, for a subtask whose snapshot is incremental.
+//
+// When base is not a completed checkpoint of the store, has no part of
+// that name, or has been deleted by retention, CreateDelta fails with
+// ErrDeltaBase and the name stays free: write the part whole (Create).
+// From a successful CreateDelta on, retention keeps base and the
+// checkpoints of its chain: while this checkpoint is pending, and once it
+// is complete, as long as retention keeps this one. Complete checks again
+// that every base is complete.
+func (p *PendingCheckpoint) CreateDelta(part string, base int64) (*PartWriter, error) {
+	wrap := func(err error) error {
+		return fmt.Errorf("create part %q of checkpoint %d as a delta on checkpoint %d: %w", part, p.id, base, err)
+	}
+	if base <= 0 || base >= p.id {
+		return nil, wrap(fmt.Errorf("%w: not an older checkpoint", ErrDeltaBase))
+	}
+	if err := p.s.pinBase(base, part); err != nil {
+		return nil, wrap(err)
+	}
+	w, err := p.create(part, base)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return w, nil
+}
+
+// pinBase pins checkpoint base for a delta part named part, after checking
+// that base is a completed checkpoint with such a part (ErrDeltaBase).
+// Retention holds pinMu from its choice of victims to their deletion, so
+// a base found here is not being deleted, and the pin keeps it.
+func (s *CheckpointStore) pinBase(base int64, part string) error {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	err := s.view(func(tx *bolt.Tx) error {
+		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(base))
+		if cb == nil || cb.Get(keyMeta) == nil {
+			return fmt.Errorf("%w: checkpoint %d is not a completed checkpoint of the store", ErrDeltaBase, base)
+		}
+		r, err := readMeta(tx, base)
+		if err != nil {
+			return fmt.Errorf("%w: checkpoint %d: %w", ErrDeltaBase, base, err)
+		}
+		if _, ok := r.find(part); !ok {
+			return fmt.Errorf("%w: checkpoint %d has no part %q", ErrDeltaBase, base, part)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.pins[base]++
+	return nil
+}
+
+// create starts a part written as a stream: a whole part with base 0,
+// else a delta on that checkpoint's part, pinned by the caller (the
+// checkpoint releases the pin when it completes or fails; create releases
+// it when the part is not admitted).
+func (p *PendingCheckpoint) create(part string, base int64) (*PartWriter, error) {
 	var file string
 	if err := p.admit(part, func() {
 		p.nfiles++
 		file = strconv.Itoa(p.nfiles) + ".part"
 		p.files[part] = file
+		if base != 0 {
+			p.bases = append(p.bases, base)
+		}
 	}); err != nil {
-		return nil, wrap(err)
+		if base != 0 {
+			p.s.unpin(base)
+		}
+		return nil, err
 	}
 
-	w := &PartWriter{p: p, name: part, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
+	w := &PartWriter{p: p, name: part, base: base, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
 	err := os.MkdirAll(filepath.Dir(w.path), 0o755)
 	if err == nil {
 		err = p.s.faults.File(OpPartCreate, w.path)
@@ -128,7 +205,7 @@ func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
 	}
 	if err != nil {
 		w.finish(err)
-		return nil, wrap(err)
+		return nil, err
 	}
 	w.buf = (*partBuffers.Get().(*[]byte))[:0]
 	return w, nil
@@ -300,7 +377,7 @@ func (w *PartWriter) finish(err error) {
 		p.fail(err)
 	} else {
 		p.mu.Lock()
-		p.parts[w.name] = PartInfo{Name: w.name, Size: w.n, CRC32C: w.crc}
+		p.parts[w.name] = PartInfo{Name: w.name, Size: w.n, CRC32C: w.crc, Base: w.base}
 		p.mu.Unlock()
 	}
 	p.puts.Done()
@@ -423,6 +500,31 @@ func readPart(view func(func(*bolt.Tx) error) error, partsDir string, id int64, 
 		return nil, fmt.Errorf("part %q: %w", pi.Name, err)
 	}
 	return checkPart(v, pi)
+}
+
+// readChain reads the parts of a chain (partChain), each verified as by
+// readPart, and merges them into the whole part.
+func readChain(view func(func(*bolt.Tx) error) error, partsDir string, chain []partRef) ([]byte, error) {
+	blobs := make([][]byte, len(chain))
+	for i, link := range chain {
+		b, err := readPart(view, partsDir, link.id, link.part)
+		if err != nil {
+			if i < len(chain)-1 {
+				err = fmt.Errorf("the chain's part in checkpoint %d: %w", link.id, err)
+			}
+			return nil, err
+		}
+		blobs[i] = b
+	}
+	merged, err := mergeChain(blobs)
+	if err != nil {
+		ids := make([]int64, len(chain))
+		for i, link := range chain {
+			ids[i] = link.id
+		}
+		return nil, fmt.Errorf("%w: merge the chain of checkpoints %v: %w", ErrCheckpointCorrupt, ids, err)
+	}
+	return merged, nil
 }
 
 // verifyPartFile checks a part file against the metadata as checkPart

@@ -309,14 +309,14 @@ func TestCheckpointPartFileCorruption(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				logs := &logBuffer{}
-				s := openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+				s := openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 				writeFileCheckpoint(t, s, 1)
 				writeFileCheckpoint(t, s, 2)
 				require.NoError(t, s.Close(context.Background()))
 				// op/agg/1 is the second file created.
 				tc.damage(t, dir, filepath.Join(dir, statestore.CheckpointPartsDir, "2", "2.part"))
 
-				s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+				s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 				require.Equal(t, int64(1), latestID(t, s))
 				require.Contains(t, logs.String(), "checkpoint=2")
 				require.Contains(t, logs.String(), tc.reason)

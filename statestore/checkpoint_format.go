@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -25,11 +27,15 @@ import (
 //	        bucket "parts"
 //	            <name>    blob ‖ CRC32-C(blob), uint32 big-endian
 //
+// The metadata's key 8 names the base of each delta part (an incremental
+// checkpoint's part that holds only the changes since the same-named part
+// of an older checkpoint).
+//
 // A record is framed as
 //
 //	offset  size  field
 //	0       4     magic: the bytes 'e' 'd' 'c' 'p'
-//	4       1     format version (1)
+//	4       1     format version (1; 2 or 3 for some metadata records)
 //	5       1     record type: 'f', 'i' or 'm'
 //	6       2     reserved, zero
 //	8       4     payload length N, uint32 big-endian
@@ -39,9 +45,13 @@ const (
 	// ckptFormatVersion is the newest record version this build reads.
 	// Version 2 is the metadata of a checkpoint with part files (a
 	// "files" bucket), which a version-1 reader would take for missing
-	// parts; every other record is written as version 1.
-	ckptFormatVersion  = 2
+	// parts. Version 3 is the metadata of a checkpoint with delta parts
+	// (key 8), whose blobs a version-2 reader would take for whole parts
+	// and restore wrongly; it refuses them instead and falls back to an
+	// older checkpoint. Every other record is written as version 1.
+	ckptFormatVersion  = 3
 	filesFormatVersion = 2
+	deltaFormatVersion = 3
 	recHeaderSize      = 12
 	recTrailer         = 4
 	partTrailer        = 4
@@ -99,6 +109,16 @@ type wireMeta struct {
 	FileHash     string            `cbor:"5,keyasint"`
 	Parts        []wirePart        `cbor:"6,keyasint"`
 	Committables map[string][]byte `cbor:"7,keyasint"`
+	// Bases maps the name of each delta part to the id of the checkpoint
+	// holding its base (the same-named part); absent when no part is a
+	// delta, so that the metadata of other checkpoints is as before.
+	Bases map[string]int64 `cbor:"8,keyasint,omitempty"`
+}
+
+// wireMetaBases is the part of the metadata that retention and List need:
+// decoding it skips the rest.
+type wireMetaBases struct {
+	Bases map[string]int64 `cbor:"8,keyasint,omitempty"`
 }
 
 type wirePart struct {
@@ -228,7 +248,16 @@ type ckptRecord struct {
 	meta      CheckpointMeta
 	completed time.Time
 	parts     []PartInfo // sorted by name
-	size      int64
+	size      int64      // of the parts, not of their bases
+	// chains holds the chain of each delta part (partChain), once
+	// verifyCheckpoint has resolved and verified it.
+	chains map[string][]partRef
+}
+
+// partRef is a part of a given checkpoint: a link of a chain.
+type partRef struct {
+	id   int64
+	part PartInfo
 }
 
 func (r *ckptRecord) find(part string) (PartInfo, bool) {
@@ -282,37 +311,118 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 		r.parts[i] = PartInfo{Name: p.Name, Size: p.Size, CRC32C: p.CRC}
 		r.size += p.Size
 	}
+	for _, name := range slices.Sorted(maps.Keys(m.Bases)) {
+		base := m.Bases[name]
+		i, ok := slices.BinarySearchFunc(r.parts, name, func(p PartInfo, name string) int { return strings.Compare(p.Name, name) })
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w: metadata gives a base to part %q, which it does not list", ErrCheckpointCorrupt, name)
+		case base <= 0 || base >= id:
+			// Bases are older checkpoints: a chain always ends.
+			return nil, fmt.Errorf("%w: metadata gives part %q the base checkpoint %d, not an older checkpoint", ErrCheckpointCorrupt, name, base)
+		}
+		r.parts[i].Base = base
+	}
 	return r, nil
+}
+
+// readBases decodes the bases of completed checkpoint bucket cb's delta
+// parts (part name -> base id), without the rest of its metadata.
+func readBases(cb *bolt.Bucket) (map[string]int64, error) {
+	var m wireMetaBases
+	if err := decodeRecord(recMeta, cb.Get(keyMeta), &m); err != nil {
+		return nil, err
+	}
+	return m.Bases, nil
+}
+
+// chainMetas reads, within one read transaction, the metadata of the
+// checkpoints that chains pass through, each once.
+type chainMetas struct {
+	tx   *bolt.Tx
+	recs map[int64]*ckptRecord
+}
+
+func newChainMetas(tx *bolt.Tx) *chainMetas {
+	return &chainMetas{tx: tx, recs: map[int64]*ckptRecord{}}
+}
+
+// get returns the metadata of checkpoint id, the base of a delta part.
+// Every failure is ErrCheckpointCorrupt: a delta part without its base
+// cannot be restored.
+func (m *chainMetas) get(id int64) (*ckptRecord, error) {
+	if r := m.recs[id]; r != nil {
+		return r, nil
+	}
+	r, err := readMeta(m.tx, id)
+	switch {
+	case errors.Is(err, ErrNoCheckpoint):
+		// Not wrapped: ErrNoCheckpoint would say that the store is empty.
+		return nil, fmt.Errorf("%w: checkpoint %d is missing or incomplete", ErrCheckpointCorrupt, id)
+	case errors.Is(err, ErrCheckpointCorrupt):
+		return nil, fmt.Errorf("checkpoint %d: %w", id, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: checkpoint %d: %w", ErrCheckpointCorrupt, id, err)
+	}
+	m.recs[id] = r
+	return r, nil
+}
+
+// partChain resolves the chain of part pi of checkpoint id, through the
+// metadata of its bases: the whole part first, then the deltas oldest
+// first, pi itself last. A part that is not a delta is a chain of one.
+func (m *chainMetas) partChain(id int64, pi PartInfo) ([]partRef, error) {
+	chain := []partRef{{id: id, part: pi}}
+	for link := chain[0]; link.part.Base != 0; link = chain[len(chain)-1] {
+		base, err := m.get(link.part.Base)
+		if err != nil {
+			return nil, fmt.Errorf("part %q of checkpoint %d is a delta on checkpoint %d: %w", pi.Name, link.id, link.part.Base, err)
+		}
+		bpi, ok := base.find(pi.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: part %q of checkpoint %d is a delta on checkpoint %d, which has no such part",
+				ErrCheckpointCorrupt, pi.Name, link.id, link.part.Base)
+		}
+		chain = append(chain, partRef{id: base.id, part: bpi})
+	}
+	slices.Reverse(chain)
+	return chain, nil
+}
+
+// partKey names a part of a given checkpoint.
+type partKey struct {
+	id   int64
+	name string
 }
 
 // verifyCheckpoint checks completed checkpoint id entirely: its metadata,
 // then every part it lists (present, checksum, size, checksum as listed;
 // inline, or in its file under partsDir), then that no part is stored that
-// the metadata does not list. partsDir "" allows no part files (a
-// savepoint).
-func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int64) (*ckptRecord, error) {
+// the metadata does not list, and last the chain of each delta part: the
+// metadata of each base, and each base's part as the base's metadata lists
+// it. The chains are recorded in the returned record. partsDir "" is a
+// savepoint: it allows no part files and no delta parts. checked holds the
+// outcome of each part checked already, by an earlier call on the same
+// file (a part of a completed checkpoint never changes), and gets those of
+// this call; nil checks everything anew.
+func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int64, checked map[partKey]error) (*ckptRecord, error) {
 	r, err := readMeta(tx, id)
 	if err != nil {
 		return nil, err
 	}
-	cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id))
+	root := tx.Bucket(bktCheckpoints)
+	cb := root.Bucket(ckptKey(id))
 	if cb.Bucket(bktParts) == nil {
 		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktParts)
+	}
+	if checked == nil {
+		checked = map[partKey]error{}
 	}
 	for _, p := range r.parts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		v, path, err := partLocation(cb, partsDir, id, p.Name)
-		switch {
-		case err != nil:
-			return nil, err
-		case path != "":
-			err = verifyPartFile(path, p)
-		default:
-			_, err = checkPart(v, p)
-		}
-		if err != nil {
+		if err := verifyStoredPart(cb, partsDir, id, p, checked); err != nil {
 			return nil, err
 		}
 	}
@@ -326,5 +436,51 @@ func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int6
 			}
 		}
 	}
+	metas := newChainMetas(tx)
+	for _, p := range r.parts {
+		if p.Base == 0 {
+			continue
+		}
+		if partsDir == "" {
+			return nil, fmt.Errorf("%w: part %q is a delta on checkpoint %d, which a savepoint cannot have", ErrCheckpointCorrupt, p.Name, p.Base)
+		}
+		chain, err := metas.partChain(id, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, link := range chain[:len(chain)-1] {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			err := verifyStoredPart(root.Bucket(ckptKey(link.id)), partsDir, link.id, link.part, checked)
+			if err != nil {
+				return nil, fmt.Errorf("part %q is a delta on checkpoint %d, and the chain's part in checkpoint %d does not verify: %w", p.Name, p.Base, link.id, err)
+			}
+		}
+		if r.chains == nil {
+			r.chains = map[string][]partRef{}
+		}
+		r.chains[p.Name] = chain
+	}
 	return r, nil
+}
+
+// verifyStoredPart checks part pi of checkpoint id, whose bucket is cb,
+// against its checksum and pi, reading every byte, unless checked holds
+// its outcome already; it records the outcome in checked.
+func verifyStoredPart(cb *bolt.Bucket, partsDir string, id int64, pi PartInfo, checked map[partKey]error) error {
+	key := partKey{id: id, name: pi.Name}
+	if err, ok := checked[key]; ok {
+		return err
+	}
+	v, path, err := partLocation(cb, partsDir, id, pi.Name)
+	switch {
+	case err != nil:
+	case path != "":
+		err = verifyPartFile(path, pi)
+	default:
+		_, err = checkPart(v, pi)
+	}
+	checked[key] = err
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 // parts, in the store's layout (docs/checkpoints.md), that OpenSavepoint
 // reads on any machine of the same byte order. Every part is verified as it
 // is copied, so a corrupt checkpoint is not exported (ErrCheckpointCorrupt).
+// A savepoint is self-contained: a delta part is written merged with its
+// chain, as a whole part (PartInfo.Base 0), and the metadata lists it so.
 // The file is written to path.tmp, fsynced, renamed to path, and path's
 // directory fsynced: path either does not exist or is complete. An existing
 // path is not overwritten (fs.ErrExist). Safe to call while checkpoints are
@@ -32,6 +35,7 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 	defer s.unpin(id)
 	var rec *ckptRecord
 	var metaRec, infoRec []byte
+	chains := map[string][]partRef{} // of the delta parts
 	err = s.view(func(tx *bolt.Tx) error {
 		var err error
 		if rec, err = readMeta(tx, id); err != nil {
@@ -40,6 +44,14 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id))
 		metaRec = slices.Clone(cb.Get(keyMeta))
 		infoRec = slices.Clone(cb.Get(keyInfo))
+		metas := newChainMetas(tx)
+		for _, pi := range rec.parts {
+			if pi.Base != 0 {
+				if chains[pi.Name], err = metas.partChain(id, pi); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -95,20 +107,36 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 	}
 	// The parts, a transaction per maxBatchBytes, each read (and checked)
 	// from the store on its own; a part the store keeps in a file is
-	// inlined, so that the savepoint is one file.
+	// inlined, so that the savepoint is one file, and a delta part is
+	// merged with its chain, so that it needs no other checkpoint.
+	// written lists the parts as the savepoint holds them.
+	written := make([]wirePart, len(rec.parts))
 	for i := 0; i < len(rec.parts); {
 		err = dst.Update(func(tx *bolt.Tx) error {
 			pb := tx.Bucket(bktCheckpoints).Bucket(key).Bucket(bktParts)
 			size := 0
 			for ; i < len(rec.parts) && size < maxBatchBytes; i++ {
 				pi := rec.parts[i]
-				if pi.Size+partTrailer > bolt.MaxValueSize {
-					return fmt.Errorf("%w: part %q of %d bytes is larger than a savepoint holds (%d)", ErrInvalidPart, pi.Name, pi.Size, bolt.MaxValueSize-partTrailer)
+				tooLarge := func(size int64) error {
+					return fmt.Errorf("%w: part %q of %d bytes is larger than a savepoint holds (%d)", ErrInvalidPart, pi.Name, size, bolt.MaxValueSize-partTrailer)
 				}
-				blob, err := readPart(s.view, s.partsDir, id, pi)
-				if err != nil {
+				if pi.Size+partTrailer > bolt.MaxValueSize {
+					return tooLarge(pi.Size)
+				}
+				var blob []byte
+				var err error
+				if chain := chains[pi.Name]; chain != nil {
+					if blob, err = readChain(s.view, s.partsDir, chain); err != nil {
+						return fmt.Errorf("part %q: %w", pi.Name, err)
+					}
+					if int64(len(blob))+partTrailer > bolt.MaxValueSize {
+						return tooLarge(int64(len(blob)))
+					}
+					pi = PartInfo{Name: pi.Name, Size: int64(len(blob)), CRC32C: crc32.Checksum(blob, crcTable)}
+				} else if blob, err = readPart(s.view, s.partsDir, id, pi); err != nil {
 					return err
 				}
+				written[i] = wirePart{Name: pi.Name, Size: pi.Size, CRC: pi.CRC32C}
 				v := binary.BigEndian.AppendUint32(blob, pi.CRC32C)
 				if err := pb.Put([]byte(pi.Name), v); err != nil {
 					return err
@@ -118,6 +146,13 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 			return s.faults.Commit(OpExport, id, "")
 		})
 		if err != nil {
+			return wrap(err)
+		}
+	}
+	if len(chains) > 0 {
+		// The metadata of a checkpoint with delta parts, rewritten to list
+		// the merged parts, with neither bases nor part files.
+		if metaRec, err = wholeMeta(metaRec, written); err != nil {
 			return wrap(err)
 		}
 	}
@@ -155,10 +190,24 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 	return nil
 }
 
+// wholeMeta re-encodes metadata record rec with parts in place of its own
+// and without bases: the metadata of a savepoint of a checkpoint whose
+// delta parts were merged. It is written as version 1, as a savepoint has
+// neither part files nor delta parts.
+func wholeMeta(rec []byte, parts []wirePart) ([]byte, error) {
+	var m wireMeta
+	if err := decodeRecord(recMeta, rec, &m); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	m.Parts, m.Bases = parts, nil
+	return encodeRecord(recMeta, m)
+}
+
 // OpenSavepoint opens the savepoint file at path read-only, checks that it
 // holds exactly one completed checkpoint, and verifies it entirely, as
-// Latest does (ErrCheckpointCorrupt, ErrCheckpointFormat). The Checkpoint
-// keeps the file open until Close.
+// Latest does (ErrCheckpointCorrupt, ErrCheckpointFormat). A savepoint
+// holds no delta part (ExportSavepoint merges them): one that does is
+// ErrCheckpointCorrupt. The Checkpoint keeps the file open until Close.
 func OpenSavepoint(path string) (*Checkpoint, error) {
 	wrap := func(err error) error { return fmt.Errorf("open savepoint %s: %w", path, err) }
 	if _, err := os.Stat(path); err != nil {
@@ -186,7 +235,7 @@ func OpenSavepoint(path string) (*Checkpoint, error) {
 			return fmt.Errorf("%w: %d checkpoints in a savepoint, expected 1", ErrCheckpointCorrupt, len(ids))
 		}
 		var err error
-		rec, err = verifyCheckpoint(context.Background(), tx, "", ids[0])
+		rec, err = verifyCheckpoint(context.Background(), tx, "", ids[0], nil)
 		if errors.Is(err, ErrNoCheckpoint) {
 			err = fmt.Errorf("%w: %w", ErrCheckpointCorrupt, err)
 		}

@@ -28,26 +28,8 @@ import (
 )
 
 // logBuffer collects slog output from any goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer = statestore.LogBuffer
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 func openStore(t testing.TB, dir string, opts statestore.CheckpointStoreOptions) *statestore.CheckpointStore {
 	t.Helper()
@@ -308,7 +290,7 @@ func TestCheckpointAbortDeletesData(t *testing.T) {
 
 func TestCheckpointRetention(t *testing.T) {
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 2, Logger: logs.logger()})
+	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 2, Logger: logs.Logger()})
 	for id := int64(1); id <= 5; id++ {
 		writeCheckpoint(t, s, id)
 	}
@@ -449,7 +431,7 @@ func TestCheckpointWriteFaults(t *testing.T) {
 // bytes) is invisible to Complete, but Latest detects it and falls back.
 func TestCheckpointTornWriteHook(t *testing.T) {
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Logger: logs.logger(), Faults: statestore.CheckpointFaultFuncs{
+	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Logger: logs.Logger(), Faults: statestore.CheckpointFaultFuncs{
 		BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 			if id == 2 && part == "src/in/0" {
 				torn := slices.Clone(blob)
@@ -505,7 +487,7 @@ func TestCheckpointRetentionAndAbortFaults(t *testing.T) {
 	var mu sync.Mutex
 	failOp := statestore.CheckpointOp("")
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1, Logger: logs.logger(), Faults: statestore.CheckpointFaultFuncs{
+	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1, Logger: logs.Logger(), Faults: statestore.CheckpointFaultFuncs{
 		CommitFunc: func(op statestore.CheckpointOp, _ int64, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -633,7 +615,7 @@ func TestCheckpointCorruptionFallback(t *testing.T) {
 			damage(t, s.Path(), func(tx *bolt.Tx) error { c.apply(t, tx, 3); return nil })
 
 			logs := &logBuffer{}
-			s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+			s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 			require.Equal(t, int64(2), latestID(t, s))
 			out := logs.String()
 			require.Contains(t, out, "level=WARN")
@@ -666,14 +648,14 @@ func TestCheckpointNoValidCheckpoint(t *testing.T) {
 		return nil
 	})
 	logs := &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 	require.Equal(t, int64(1), latestID(t, s))
 	require.Equal(t, 2, strings.Count(logs.String(), "level=WARN"))
 	require.NoError(t, s.Close(context.Background()))
 
 	damage(t, s.Path(), func(tx *bolt.Tx) error { corruptions[6].apply(t, tx, 1); return nil })
 	logs = &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 	_, err := s.Latest(context.Background())
 	require.ErrorIs(t, err, statestore.ErrNoValidCheckpoint)
 	require.ErrorIs(t, err, statestore.ErrCheckpointCorrupt)
@@ -716,7 +698,7 @@ func TestCheckpointFileByteFlip(t *testing.T) {
 	require.NoError(t, f.Close())
 
 	logs := &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.logger()})
+	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
 	require.Equal(t, int64(1), latestID(t, s))
 	require.Contains(t, logs.String(), "checkpoint=2")
 	require.Contains(t, logs.String(), `part \"op/agg/2\": checksum`)
@@ -768,14 +750,14 @@ func TestCheckpointNewerFormat(t *testing.T) {
 		b := tx.Bucket([]byte("eddy"))
 		rec := slices.Clone(b.Get([]byte("format")))
 		require.Equal(t, []byte("edcp\x01f"), rec[:6])
-		rec[4] = 3
+		rec[4] = 4
 		n := len(rec) - 4
 		binary.BigEndian.PutUint32(rec[n:], crc32.Checksum(rec[:n], crc32.MakeTable(crc32.Castagnoli)))
 		return b.Put([]byte("format"), rec)
 	})
 	_, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{})
 	require.ErrorIs(t, err, statestore.ErrCheckpointFormat)
-	require.ErrorContains(t, err, "version 3 (this build reads 2)")
+	require.ErrorContains(t, err, "version 4 (this build reads 3)")
 }
 
 func TestCheckpointLatestCanceled(t *testing.T) {

@@ -16,7 +16,8 @@ import (
 //	offset  size  field
 //	0       4     magic: the bytes 'e' 'd' 'k' 'g'
 //	4       1     format version (1)
-//	5       3     reserved, zero
+//	5       1     flags: 0 in a full snapshot; blobDelta in an incremental one
+//	6       2     reserved, zero
 //	8       4     key group, uint32 big-endian
 //	12      4     payload length N, uint32 big-endian
 //	16      N     payload: CBOR, Core Deterministic Encoding (RFC 8949 §4.2.1)
@@ -264,26 +265,39 @@ func valueAppender[S any]() func(dst []byte, v *S, enc *encoder) ([]byte, error)
 }
 
 // parseBlob checks a blob's frame and checksum and returns its key group and
-// payload.
+// payload. A delta blob is ErrCorrupt: only mergeChain reads those.
 func parseBlob(blob []byte) (kg int, payload []byte, err error) {
+	kg, flags, payload, err := parseBlobFrame(blob)
+	if err == nil && flags != 0 {
+		err = fmt.Errorf("%w: key group %d: a delta blob outside its incremental chain", ErrCorrupt, kg)
+	}
+	return kg, payload, err
+}
+
+// parseBlobFrame checks a blob's frame and checksum and returns its key
+// group, flags and payload.
+func parseBlobFrame(blob []byte) (kg int, flags byte, payload []byte, err error) {
 	if len(blob) < blobHeaderSize+blobTrailer {
-		return 0, nil, fmt.Errorf("%w: blob of %d bytes is truncated", ErrCorrupt, len(blob))
+		return 0, 0, nil, fmt.Errorf("%w: blob of %d bytes is truncated", ErrCorrupt, len(blob))
 	}
 	if !bytes.Equal(blob[:4], blobMagic[:]) {
-		return 0, nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
+		return 0, 0, nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
 	}
 	n := int(binary.BigEndian.Uint32(blob[12:]))
 	if len(blob) != blobHeaderSize+n+blobTrailer {
-		return 0, nil, fmt.Errorf("%w: blob of %d bytes, its header says %d", ErrCorrupt, len(blob), blobHeaderSize+n+blobTrailer)
+		return 0, 0, nil, fmt.Errorf("%w: blob of %d bytes, its header says %d", ErrCorrupt, len(blob), blobHeaderSize+n+blobTrailer)
 	}
 	body := blob[:blobHeaderSize+n]
 	if got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(blob[blobHeaderSize+n:]); got != want {
-		return 0, nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorrupt, got, want)
+		return 0, 0, nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorrupt, got, want)
 	}
 	if blob[4] != blobVersion {
-		return 0, nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedVersion, blob[4], blobVersion)
+		return 0, 0, nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedVersion, blob[4], blobVersion)
 	}
-	return int(binary.BigEndian.Uint32(blob[8:])), blob[blobHeaderSize : blobHeaderSize+n], nil
+	if blob[5]&^blobDelta != 0 {
+		return 0, 0, nil, fmt.Errorf("%w: unknown blob flags %#x", ErrCorrupt, blob[5])
+	}
+	return int(binary.BigEndian.Uint32(blob[8:])), blob[5], blob[blobHeaderSize : blobHeaderSize+n], nil
 }
 
 // BlobKeyGroup returns the key group of a blob, after checking its frame and

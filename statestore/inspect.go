@@ -159,12 +159,16 @@ func (c *InspectedCheckpoint) Meta() CheckpointMeta { return c.rec.meta }
 // CompletedAt returns when the checkpoint was completed.
 func (c *InspectedCheckpoint) CompletedAt() time.Time { return c.rec.completed }
 
-// Parts lists the parts the metadata names, sorted by name.
+// Parts lists the parts the metadata names, sorted by name, each as stored
+// (a delta part with its Base, and the size of the delta).
 func (c *InspectedCheckpoint) Parts() []PartInfo { return slices.Clone(c.rec.parts) }
 
 // Get returns a copy of one part's blob after checking it against its
 // checksum and the metadata (ErrCheckpointCorrupt, which names the part),
-// or ErrPartNotFound for a name the metadata does not list.
+// or ErrPartNotFound for a name the metadata does not list. A delta part
+// is returned whole: every part of its chain is read from the checkpoints
+// it names, checked so, and merged (ErrCheckpointCorrupt when a base is
+// missing, incomplete or corrupt).
 func (c *InspectedCheckpoint) Get(part string) ([]byte, error) {
 	wrap := func(err error) error { return fmt.Errorf("checkpoint %d: part %q: %w", c.rec.id, part, err) }
 	pi, ok := c.rec.find(part)
@@ -175,7 +179,23 @@ func (c *InspectedCheckpoint) Get(part string) ([]byte, error) {
 	if !c.f.savepoint {
 		partsDir = filepath.Join(filepath.Dir(c.f.path), CheckpointPartsDir)
 	}
-	blob, err := readPart(c.f.db.View, partsDir, c.rec.id, pi)
+	if pi.Base == 0 {
+		blob, err := readPart(c.f.db.View, partsDir, c.rec.id, pi)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		return blob, nil
+	}
+	var chain []partRef
+	err := c.f.db.View(func(tx *bolt.Tx) error {
+		var err error
+		chain, err = newChainMetas(tx).partChain(c.rec.id, pi)
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	blob, err := readChain(c.f.db.View, partsDir, chain)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -442,6 +442,7 @@ type memSnapshot struct {
 	now        int64 // TTL reference: entries expired at capture are left out
 	states     []frozenState
 	timers     []frozenTimers
+	delta      bool // its blobs are delta blobs (blobDelta)
 	// m took the snapshot at generation gen and is told of its Release;
 	// nil for the bbolt backend's snapshots, which encode with this type.
 	m        *Memory
@@ -494,6 +495,9 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 	s := w.s
 	start := len(dst)
 	dst = beginBlob(dst, s.start+gi)
+	if s.delta {
+		dst[start+5] = blobDelta
+	}
 	dst = AppendCBORHead(dst, majorMap, 2)
 	dst = AppendCBORHead(dst, majorUint, 1)
 	statesAt := len(dst)

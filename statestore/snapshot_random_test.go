@@ -33,44 +33,7 @@ func TestSnapshotsRandomized(t *testing.T) {
 				defer mir.Close()
 				statestore.DisableTimerCache(mir) // it encodes every snapshot's timers anew
 				fs, fm := registerAll(t, sub), registerAll(t, mir)
-				ks := keys(120)
-				wm := int64(0)
-				step := func() {
-					k := ks[r.IntN(len(ks))]
-					ns := "w" + strconv.Itoa(r.IntN(3))
-					switch n := r.IntN(20); {
-					case n < 10:
-						i := r.IntN(1000)
-						fs.fill(k, i)
-						fm.fill(k, i)
-					case n < 12:
-						fs.val.Clear(k, ns)
-						fm.val.Clear(k, ns)
-					case n < 14:
-						fs.list.Clear(k, ns)
-						fm.list.Clear(k, ns)
-						fs.red.Clear(k, "")
-						fm.red.Clear(k, "")
-					case n < 16:
-						ts := int64(1000 + r.IntN(7))
-						fs.tm.DeleteEventTimer(k, ns, ts)
-						fm.tm.DeleteEventTimer(k, ns, ts)
-					case n < 18:
-						wm += int64(r.IntN(3))
-						var firedS, firedM []statestore.Timer
-						require.NoError(t, fs.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
-						require.NoError(t, fm.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
-						require.Equal(t, firedM, firedS, "fired timers")
-					case n < 19:
-						o.clock.Advance(int64(r.IntN(20)) * 60_000) // TTL 1h: some values expire
-					default:
-						var firedS, firedM []statestore.Timer
-						now := o.clock.now / 1000
-						require.NoError(t, fs.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
-						require.NoError(t, fm.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
-						require.Equal(t, firedM, firedS, "fired processing timers")
-					}
-				}
+				step := randomStep(t, r, o, fs, fm)
 				type live struct {
 					s    statestore.Snapshot
 					want []byte
@@ -145,5 +108,50 @@ func TestSnapshotsRandomized(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// randomStep returns a function that applies one random operation to the
+// states of fs and fm alike (writes, clears, timer deletes, watermark and
+// processing-time advances, clock steps past TTLs) and checks that both
+// fire the same timers.
+func randomStep(t *testing.T, r *rand.Rand, o *opener, fs, fm *fixture) func() {
+	ks := keys(120)
+	wm := int64(0)
+	return func() {
+		k := ks[r.IntN(len(ks))]
+		ns := "w" + strconv.Itoa(r.IntN(3))
+		switch n := r.IntN(20); {
+		case n < 10:
+			i := r.IntN(1000)
+			fs.fill(k, i)
+			fm.fill(k, i)
+		case n < 12:
+			fs.val.Clear(k, ns)
+			fm.val.Clear(k, ns)
+		case n < 14:
+			fs.list.Clear(k, ns)
+			fm.list.Clear(k, ns)
+			fs.red.Clear(k, "")
+			fm.red.Clear(k, "")
+		case n < 16:
+			ts := int64(1000 + r.IntN(7))
+			fs.tm.DeleteEventTimer(k, ns, ts)
+			fm.tm.DeleteEventTimer(k, ns, ts)
+		case n < 18:
+			wm += int64(r.IntN(3))
+			var firedS, firedM []statestore.Timer
+			require.NoError(t, fs.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
+			require.NoError(t, fm.tm.AdvanceWatermark(1000+wm%8, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
+			require.Equal(t, firedM, firedS, "fired timers")
+		case n < 19:
+			o.clock.Advance(int64(r.IntN(20)) * 60_000) // TTL 1h: some values expire
+		default:
+			var firedS, firedM []statestore.Timer
+			now := o.clock.now / 1000
+			require.NoError(t, fs.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedS = append(firedS, tm); return nil }))
+			require.NoError(t, fm.tm.AdvanceProcessingTime(now, func(tm statestore.Timer) error { firedM = append(firedM, tm); return nil }))
+			require.Equal(t, firedM, firedS, "fired processing timers")
+		}
 	}
 }

@@ -96,7 +96,7 @@ var (
 	valueBytes   = flag.Int("value-bytes", 1024, "bytes of the payload each key keeps")
 	duration     = flag.Duration("duration", 30*time.Second, "measured steady phase of each run")
 	runs         = flag.Int("runs", 3, "rounds of (none, each interval) per backend; the best is reported")
-	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated")
+	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated; bbolt-incremental: bbolt with checkpoint.incremental")
 	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated")
 	parallelism  = flag.Int("parallelism", 1, "parallelism of the window step (the generator runs at 1)")
 	randomKeys   = flag.Bool("random-keys", false, "update the keys in a scrambled order instead of in turn (each bbolt flush then writes pages far apart)")
@@ -260,8 +260,9 @@ func freeMemory() {
 func spec(backend string, keys int, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nname: checkpoint-bench\nparallelism: %d\n", *parallelism)
+	backend, incremental := strings.CutSuffix(backend, "-incremental")
 	if interval > 0 {
-		fmt.Fprintf(&b, "checkpoint:\n  interval: %s\n  timeout: 30m\n  tolerable_failures: 1000\n  retain: 2\n", interval)
+		fmt.Fprintf(&b, "checkpoint:\n  interval: %s\n  timeout: 30m\n  tolerable_failures: 1000\n  retain: 2\n  incremental: %t\n", interval, incremental)
 	}
 	fmt.Fprintf(&b, "state:\n  backend: %s\n", backend)
 	if *cacheEntries > 0 {

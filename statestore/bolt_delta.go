@@ -1,0 +1,245 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Incremental checkpoints of the bbolt backend (BoltOptions.Incremental).
+//
+// The backend records the bbolt keys of the records that every flush and
+// cleanup writes or deletes. At each checkpoint's snapshot
+// (SnapshotCheckpoint) it seals those into a change set. When a checkpoint
+// completes (CheckpointCompleted), its snapshot becomes the base: the next
+// snapshot is a delta on it, holding only the records changed since (the
+// change sets sealed after the base's), as upserts or tombstones, and the
+// timers. Change sets up to the base are dropped then.
+//
+// A snapshot is full instead when there is no base yet, when the states
+// changed otherwise than by writes since the base (a state registered, a
+// restore), while restored states wait to be registered, when the base's
+// chain holds maxDeltaChain deltas, or when the deltas since the chain's
+// full snapshot add up to its size: a restore reads the whole chain.
+
+// maxDeltaChain bounds the deltas in a chain.
+const maxDeltaChain = 16
+
+// maxTableChanges bounds the changes a table records between two
+// checkpoint snapshots: past it the backend stops recording and forgets
+// its base (the next snapshot is full).
+const maxTableChanges = 1 << 20
+
+// maxChangeSets bounds the change sets kept after the base: when
+// checkpoints stop completing, the backend forgets its base and records
+// changes afresh (the snapshots are full until one completes).
+const maxChangeSets = 64
+
+// changeSet holds the records changed between two checkpoints' snapshots:
+// keys[i] are the bbolt keys of table i (repeats included, unsorted).
+type changeSet struct {
+	seq  uint64 // of the snapshot that sealed it
+	keys [][]string
+}
+
+// snapRecord is a checkpoint's snapshot, as the backend remembers it.
+type snapRecord struct {
+	id     int64  // checkpoint
+	seq    uint64 // b.seq when it was taken
+	layout uint64
+	// base is the record this one is a delta on (nil: a full snapshot),
+	// until the checkpoint completes; baseID is its checkpoint.
+	base   *snapRecord
+	baseID int64
+	// written is the size of the part, set once it is written; full is set
+	// when the snapshot, taken as a delta, was written in full (Full).
+	written atomic.Int64
+	full    atomic.Bool
+	// Set when the checkpoint completed: deltas since the chain's full
+	// snapshot, their bytes, and the full snapshot's bytes.
+	chain                 int
+	deltaBytes, fullBytes int64
+}
+
+// SnapshotCheckpoint implements IncrementalBackend: Snapshot, for
+// checkpoint id, as a delta on the last completed checkpoint's snapshot
+// when the backend is incremental and a delta is allowed (see above).
+func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
+	if !b.incremental {
+		return b.Snapshot()
+	}
+	if err := b.beginSnapshot(); err != nil {
+		return nil, err
+	}
+	if b.lostChanges {
+		b.base, b.changes, b.records, b.lostChanges = nil, nil, nil, false
+	}
+	b.seq++
+	set := changeSet{seq: b.seq, keys: make([][]string, len(b.tables))}
+	for i, t := range b.tables {
+		set.keys[i] = t.takeChanges()
+	}
+	b.changes = append(b.changes, set)
+	if len(b.changes) > maxChangeSets {
+		// The snapshots taken so far cannot become bases either: the
+		// change sets after theirs are gone.
+		b.base, b.changes, b.records = nil, nil, nil
+	}
+	rec := &snapRecord{id: id, seq: b.seq, layout: b.layout}
+	if base := b.base; base != nil && base.layout == b.layout && len(b.pending) == 0 &&
+		base.chain < maxDeltaChain && base.deltaBytes < base.fullBytes {
+		rec.base, rec.baseID = base, base.id
+	}
+	var since [][][]string // per table, the change sets after the base
+	if rec.base != nil {
+		since = make([][][]string, len(b.tables))
+		for _, set := range b.changes {
+			if set.seq <= rec.base.seq {
+				continue
+			}
+			for i, keys := range set.keys {
+				since[i] = append(since[i], keys)
+			}
+		}
+	}
+	out, err := b.snapshot(rec, since)
+	if err != nil {
+		return nil, err
+	}
+	b.records = append(b.records, rec)
+	return out, nil
+}
+
+// CheckpointCompleted implements IncrementalBackend: the snapshot of
+// checkpoint id, if this backend took it, becomes the base of the next
+// ones.
+func (b *Bolt) CheckpointCompleted(id int64) {
+	if !b.incremental {
+		return
+	}
+	i := slices.IndexFunc(b.records, func(r *snapRecord) bool { return r.id == id })
+	if i < 0 {
+		return
+	}
+	rec := b.records[i]
+	b.records = slices.Delete(b.records, 0, i+1)
+	if rec.full.Load() {
+		rec.base = nil
+	}
+	if rec.base == nil {
+		rec.fullBytes = rec.written.Load()
+	} else {
+		rec.chain = rec.base.chain + 1
+		rec.fullBytes = rec.base.fullBytes
+		rec.deltaBytes = rec.base.deltaBytes + rec.written.Load()
+		rec.base = nil // the chain's sizes are what later deltas need
+	}
+	if b.base != nil && b.base.seq >= rec.seq {
+		return
+	}
+	b.base = rec
+	b.changes = slices.DeleteFunc(b.changes, func(s changeSet) bool { return s.seq <= rec.seq })
+}
+
+// recordChange records that the record of bbolt key k was written or
+// deleted, when the backend is incremental.
+func (t *boltTable[S]) recordChange(k []byte) {
+	if !t.b.incremental || t.b.lostChanges {
+		return
+	}
+	if len(t.changed) >= maxTableChanges {
+		t.b.lostChanges = true
+		for _, tbl := range t.b.tables {
+			tbl.takeChanges()
+		}
+		return
+	}
+	t.changed = append(t.changed, string(k))
+}
+
+func (t *boltTable[S]) takeChanges() []string {
+	c := t.changed
+	t.changed = nil
+	return c
+}
+
+// freezeDelta captures the table for a delta snapshot: the snapshot's
+// transaction and the keys of the records changed since the base.
+func (t *boltTable[S]) freezeDelta(tx *bolt.Tx, start int, changed [][]string) frozenState {
+	return &boltFrozenDelta[S]{boltFrozen: boltFrozen[S]{spec: t.spec, slotTTL: t.slotTTL, fn: t.fn, tx: tx, start: start}, changed: changed}
+}
+
+// boltFrozenDelta is a state as a delta snapshot saw it: the records
+// changed since the base, read from the snapshot's transaction.
+type boltFrozenDelta[S any] struct {
+	boltFrozen[S]
+	changed [][]string
+	keys    []string // changed, sorted and without repeats; on first use
+	sorted  bool
+	next    int // the first key of a group not written yet
+}
+
+func (f *boltFrozenDelta[S]) drop(int) {}
+
+func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
+	if !f.sorted {
+		for _, c := range f.changed {
+			f.keys = append(f.keys, c...)
+		}
+		f.changed = nil
+		slices.Sort(f.keys)
+		f.keys = slices.Compact(f.keys)
+		f.sorted = true
+	}
+	var prefix [4]byte
+	binary.BigEndian.PutUint32(prefix[:], uint32(f.start+gi))
+	lo := f.next + sort.SearchStrings(f.keys[f.next:], string(prefix[:]))
+	hi := lo
+	for hi < len(f.keys) && strings.HasPrefix(f.keys[hi], string(prefix[:])) {
+		hi++
+	}
+	f.next = hi
+	if lo == hi {
+		return dst, 0, nil
+	}
+	bkt := f.tx.Bucket([]byte(f.spec.name))
+	if bkt == nil {
+		return dst, 0, fmt.Errorf("state %q: %w: no bucket", f.spec.name, errRecord)
+	}
+	var key []byte
+	for _, k := range f.keys[lo:hi] {
+		esc, ns, err := splitKey([]byte(k))
+		if err != nil {
+			return dst, 0, fmt.Errorf("state %q, record %q: %w", f.spec.name, k, err)
+		}
+		key = appendUnescaped(key[:0], esc)
+		raw := []byte{tombstone}
+		var ts int64
+		if rec := bkt.Get([]byte(k)); rec != nil {
+			var v []byte
+			if ts, v, err = splitValue(rec); err != nil {
+				return dst, 0, fmt.Errorf("state %q, record %q: %w", f.spec.name, k, err)
+			}
+			keep := false
+			if v, keep, err = f.value(key, ts, v, now); err != nil {
+				return dst, 0, err
+			}
+			if keep {
+				raw = v
+			} else {
+				ts = 0
+			}
+		}
+		dst = AppendCBORHead(dst, majorArray, 4)
+		dst = append(AppendCBORHead(dst, majorText, uint64(len(key))), key...)
+		dst = append(AppendCBORHead(dst, majorText, uint64(len(ns))), ns...)
+		dst = AppendCBORInt(dst, ts)
+		dst = append(dst, raw...)
+	}
+	return dst, hi - lo, nil
+}
