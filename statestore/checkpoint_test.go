@@ -30,7 +30,6 @@ import (
 // logBuffer collects slog output from any goroutine.
 type logBuffer = statestore.LogBuffer
 
-
 func openStore(t testing.TB, dir string, opts statestore.CheckpointStoreOptions) *statestore.CheckpointStore {
 	t.Helper()
 	if opts.Logger == nil {
