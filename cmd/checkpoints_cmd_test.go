@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -232,6 +233,72 @@ func TestCheckpointsListRows(t *testing.T) {
 		require.False(t, c.Completed.Before(c.Triggered))
 		require.Positive(t, c.Size)
 	}
+}
+
+// With checkpoint.incremental, list shows which checkpoint each builds on;
+// retention keeps those bases, every listed checkpoint verifies, and the
+// latest restores and exports whole.
+func TestCheckpointsListDeltas(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cp.yaml")
+	text := strings.Replace(strings.ReplaceAll(checkpointPipeline, "OUT", filepath.Join(dir, "out")),
+		"  interval: 1h\n  retain: 3\n", "  interval: 20ms\n  retain: 2\n  incremental: true\n", 1)
+	text = strings.Replace(text, "    count: 100\n", "    count: 200\n    rate: 400\n", 1)
+	text += "state:\n  backend: bbolt\n"
+	require.NoError(t, os.WriteFile(file, []byte(text), 0o644))
+	env := map[string]string{"EDDY_STATE_DIR": filepath.Join(dir, "state"), "EDDY_LOG_LEVEL": "error"}
+	r := execute(t, env, "run", file)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = execute(t, env, "checkpoints", "list", "-f", "json", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	var l checkpointList
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &l))
+	ids := map[int64]bool{}
+	for _, c := range l.Checkpoints {
+		require.Equal(t, statusOK, c.Status, "checkpoint %d: %s", c.ID, c.Error)
+		ids[c.ID] = true
+	}
+	require.NotNil(t, l.Restore)
+	deltas := 0
+	for _, c := range l.Checkpoints {
+		for _, b := range c.Bases {
+			require.True(t, ids[b], "checkpoint %d builds on %d, which retention deleted", c.ID, b)
+			require.Less(t, b, c.ID)
+		}
+		if len(c.Bases) > 0 {
+			deltas++
+		}
+	}
+	// Of two consecutive checkpoints of a run, at least one is a delta:
+	// the first after a full one always is.
+	require.Positive(t, deltas, r.stdout)
+
+	r = execute(t, env, "checkpoints", "list", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	rows := listLine.FindAllStringSubmatch(r.stdout, -1)
+	require.Len(t, rows, len(l.Checkpoints), r.stdout)
+	for i, row := range rows {
+		want := "-"
+		if bases := l.Checkpoints[i].Bases; len(bases) > 0 {
+			want = strconv.FormatInt(bases[0], 10)
+		}
+		require.Equal(t, want, row[6], r.stdout)
+	}
+
+	// The savepoint of the latest is whole, and holds the counts.
+	sp := filepath.Join(dir, "latest.savepoint")
+	r = execute(t, env, "checkpoints", "export", file, "latest", sp)
+	require.Equal(t, 0, r.code, r.stderr)
+	cp, err := statestore.OpenSavepoint(sp)
+	require.NoError(t, err)
+	defer cp.Close()
+	for _, p := range cp.Parts() {
+		require.Zero(t, p.Base, "part %s of the savepoint", p.Name)
+	}
+	r = execute(t, env, "state", "inspect", sp, "--step", "totals")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"c": 50`, "each of the 4 keys counted 50 of the 200 records")
 }
 
 // TestCheckpointsExportRestore: a savepoint exported from the store

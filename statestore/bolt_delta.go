@@ -181,7 +181,8 @@ type boltFrozenDelta[S any] struct {
 	changed [][]string
 	keys    []string // changed, sorted and without repeats; on first use
 	sorted  bool
-	next    int // the first key of a group not written yet
+	next    int    // the first key of a group not written yet
+	kb, key []byte // scratch: a bbolt key, and its state key
 }
 
 func (f *boltFrozenDelta[S]) drop(int) {}
@@ -211,16 +212,18 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 	if bkt == nil {
 		return dst, 0, fmt.Errorf("state %q: %w: no bucket", f.spec.name, errRecord)
 	}
-	var key []byte
+	tomb := []byte{tombstone}
 	for _, k := range f.keys[lo:hi] {
-		esc, ns, err := splitKey([]byte(k))
+		f.kb = append(f.kb[:0], k...)
+		esc, ns, err := splitKey(f.kb)
 		if err != nil {
 			return dst, 0, fmt.Errorf("state %q, record %q: %w", f.spec.name, k, err)
 		}
-		key = appendUnescaped(key[:0], esc)
-		raw := []byte{tombstone}
+		f.key = appendUnescaped(f.key[:0], esc)
+		key := f.key
+		raw := tomb
 		var ts int64
-		if rec := bkt.Get([]byte(k)); rec != nil {
+		if rec := bkt.Get(f.kb); rec != nil {
 			var v []byte
 			if ts, v, err = splitValue(rec); err != nil {
 				return dst, 0, fmt.Errorf("state %q, record %q: %w", f.spec.name, k, err)

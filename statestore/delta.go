@@ -59,20 +59,33 @@ func mergeChain(parts [][]byte) ([]byte, error) {
 		}
 	}
 	slices.Sort(groups)
-	size := 0
-	for _, p := range parts {
-		size = max(size, len(p))
-	}
-	out := make([]byte, 0, size+size/8)
-	var err error
-	for _, kg := range groups {
+	// Key groups merge on their own: on several goroutines (decoding is
+	// most of the work), then back to back in key-group order.
+	merged := make([][]byte, len(groups))
+	err := forEachParallel(len(groups), func(i int) error {
+		kg := groups[i]
 		blobs := make([][]byte, len(parts))
-		for i := range parts {
-			blobs[i] = split[i][kg]
+		size := 0
+		for j := range parts {
+			blobs[j] = split[j][kg]
+			size += len(blobs[j])
 		}
-		if out, err = mergeGroup(out, kg, blobs); err != nil {
-			return nil, fmt.Errorf("merge incremental chain: key group %d: %w", kg, err)
+		var err error
+		if merged[i], err = mergeGroup(make([]byte, 0, size), kg, blobs); err != nil {
+			return fmt.Errorf("merge incremental chain: key group %d: %w", kg, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	size := 0
+	for _, m := range merged {
+		size += len(m)
+	}
+	out := make([]byte, 0, size)
+	for _, m := range merged {
+		out = append(out, m...)
 	}
 	return out, nil
 }

@@ -543,13 +543,17 @@ func (b *bench) restore(dir string) (string, error) {
 		return "", err
 	}
 	var state int64
+	chain := ""
 	for _, p := range cp.Parts() {
 		if strings.HasPrefix(p.Name, "op/") {
 			state += p.Size
 		}
+		if p.Base != 0 {
+			chain = fmt.Sprintf(", a delta on checkpoint %d: its chain is merged", p.Base)
+		}
 	}
-	return fmt.Sprintf("restore of checkpoint %d (%s of keyed state, %s in all): %s = open store %s + verify (Latest) %s + start to first record %s\n",
-		cp.ID(), mib(state), mib(cp.Size()), t3.Sub(t0).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond),
+	return fmt.Sprintf("restore of checkpoint %d (%s of keyed state stored, %s in all%s): %s = open store %s + verify (Latest) %s + start to first record %s\n",
+		cp.ID(), mib(state), mib(cp.Size()), chain, t3.Sub(t0).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond),
 		t2.Sub(t1).Round(time.Millisecond), t3.Sub(t2).Round(time.Millisecond)), nil
 }
 
@@ -640,6 +644,7 @@ type ckpt struct {
 	encode     time.Duration // summed over state parts: ack -> Close (encoded and written to the page cache)
 	write      time.Duration // summed over state parts: Close (fsync)
 	stateBytes int64
+	deltaParts int // of the state parts, those written as deltas
 	completeAt time.Time // Complete called
 	done       time.Time // Complete returned nil
 	failed     bool
@@ -760,11 +765,25 @@ func (p recPending) Create(part string) (pipeline.PartWriter, error) {
 	return &recWriter{PartWriter: w, p: p, part: part}, nil
 }
 
+// CreateDelta is Create for a delta part (checkpoint.incremental).
+func (p recPending) CreateDelta(part string, base int64) (pipeline.PartWriter, error) {
+	dc, ok := p.inner.(pipeline.DeltaCreator)
+	if !ok {
+		return nil, fmt.Errorf("the store takes no delta parts")
+	}
+	w, err := dc.CreateDelta(part, base)
+	if err != nil {
+		return nil, err
+	}
+	return &recWriter{PartWriter: w, p: p, part: part, delta: true}, nil
+}
+
 type recWriter struct {
 	pipeline.PartWriter
-	p    recPending
-	part string
-	n    int
+	p     recPending
+	part  string
+	n     int
+	delta bool
 }
 
 func (w *recWriter) Write(b []byte) (int, error) {
@@ -789,6 +808,11 @@ func (w *recWriter) Close() error {
 	t0 := time.Now()
 	err := w.PartWriter.Close()
 	w.p.record(w.part, w.n, t0, time.Now())
+	if w.delta {
+		w.p.rec.mu.Lock()
+		w.p.rec.get(w.p.id).deltaParts++
+		w.p.rec.mu.Unlock()
+	}
 	return err
 }
 
@@ -894,8 +918,13 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 		}
 		var ds []time.Duration
 		var sync, enc, write, comp time.Duration
-		var size int64
+		var size, sumSize int64
+		deltas := 0
 		for _, c := range cs {
+			sumSize += c.stateBytes
+			if c.deltaParts > 0 {
+				deltas++
+			}
 			ds = append(ds, c.total())
 			sync += c.lastAck.Sub(c.begin)
 			enc += c.encode
@@ -913,6 +942,10 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 			m.name, len(cs), pct(ds, 50), pct(ds, 99), ds[len(ds)-1].Round(time.Millisecond), (sum / n).Round(time.Millisecond),
 			(sync / n).Round(time.Millisecond), (enc / n).Round(time.Millisecond), (write / n).Round(time.Millisecond),
 			(comp / n).Round(time.Millisecond), 100*float64(sum-sync)/float64(sum), mib(size))
+		if deltas > 0 {
+			fmt.Fprintf(&b, "interval %s: %d of the %d checkpoints with delta parts; state parts written: mean %s, max %s\n",
+				m.name, deltas, len(cs), mib(sumSize/int64(len(cs))), mib(size))
+		}
 		if failed > 0 {
 			fmt.Fprintf(&b, "interval %s: %d checkpoints FAILED\n", m.name, failed)
 		}
