@@ -644,7 +644,7 @@ type ckpt struct {
 	encode     time.Duration // summed over state parts: ack -> Close (encoded and written to the page cache)
 	write      time.Duration // summed over state parts: Close (fsync)
 	stateBytes int64
-	deltaParts int // of the state parts, those written as deltas
+	deltaParts int       // of the state parts, those written as deltas
 	completeAt time.Time // Complete called
 	done       time.Time // Complete returned nil
 	failed     bool
