@@ -11,6 +11,7 @@
 #   scripts/bench-checkpoint.sh                                   # defaults: 1 GiB, 3 rounds of 30s
 #   scripts/bench-checkpoint.sh -state-mb 128 -duration 10s -runs 1   # a quick one
 #   scripts/bench-checkpoint.sh -cpuprofile prof                  # prof-<backend>-<mode>.pprof
+#   scripts/bench-checkpoint.sh -backends bbolt,bbolt-incremental -intervals 1s   # full against incremental
 #
 # Flags go to bench/checkpointbench (-h lists them). Needs the disk space of
 # about 6x the state (checkpoint store and bbolt live files) and, for the
