@@ -32,8 +32,8 @@ const maxDeltaChain = 16
 
 // maxTableChanges bounds the changes a table records between two
 // checkpoint snapshots: past it the backend stops recording and forgets
-// its base (the next snapshot is full).
-const maxTableChanges = 1 << 20
+// its base (the next snapshot is full). A variable for the tests.
+var maxTableChanges = 1 << 20
 
 // maxChangeSets bounds the change sets kept after the base: when
 // checkpoints stop completing, the backend forgets its base and records

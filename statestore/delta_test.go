@@ -220,3 +220,107 @@ func TestIncrementalTimersOfUnchangedGroups(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, writeSnapshot(t, b), merged)
 }
+
+// incrementalFixture is an incremental bbolt backend with one value state
+// of 200 keys, whose checkpoints the test takes and completes.
+type incrementalFixture struct {
+	t     *testing.T
+	b     *statestore.Bolt
+	val   statestore.ValueState[int64]
+	parts map[int64][]byte
+	bases map[int64]int64
+}
+
+func newIncrementalFixture(t *testing.T) *incrementalFixture {
+	o := &opener{t: t, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
+	f := &incrementalFixture{t: t, b: incrementalBolt(t, o, 0), parts: map[int64][]byte{}, bases: map[int64]int64{}}
+	var err error
+	f.val, err = statestore.RegisterValue(f.b, statestore.ValueDescriptor[int64]{Name: "val"})
+	require.NoError(t, err)
+	for i, k := range keys(200) {
+		f.val.Put(k, "", int64(i))
+	}
+	return f
+}
+
+// checkpoint takes checkpoint id's snapshot, writes it and, with complete,
+// completes it and requires that its chain merges into a full snapshot of
+// the state. It returns the snapshot's base.
+func (f *incrementalFixture) checkpoint(id int64, complete bool) int64 {
+	f.t.Helper()
+	s, err := f.b.SnapshotCheckpoint(id)
+	require.NoError(f.t, err)
+	want := writeSnapshot(f.t, f.b)
+	base := s.(statestore.DeltaSnapshot).Base()
+	var buf bytes.Buffer
+	_, err = s.WriteAndRelease(&buf)
+	require.NoError(f.t, err)
+	if !complete {
+		return base
+	}
+	f.parts[id], f.bases[id] = buf.Bytes(), base
+	var chain [][]byte
+	for c := id; c != 0; c = f.bases[c] {
+		chain = append([][]byte{f.parts[c]}, chain...)
+	}
+	merged, err := statestore.MergeChain(chain)
+	require.NoError(f.t, err)
+	require.Equal(f.t, want, merged, "checkpoint %d", id)
+	f.b.CheckpointCompleted(id)
+	return base
+}
+
+// A chain holds at most 16 deltas: the next snapshot is full.
+func TestIncrementalChainLength(t *testing.T) {
+	f := newIncrementalFixture(t)
+	require.Zero(t, f.checkpoint(1, true))
+	for id := int64(2); id <= 17; id++ {
+		f.val.Put("k7", "", id)
+		require.Equal(t, id-1, f.checkpoint(id, true), "checkpoint %d", id)
+	}
+	f.val.Put("k7", "", 18)
+	require.Zero(t, f.checkpoint(18, true), "the 17th delta")
+	f.val.Put("k7", "", 19)
+	require.Equal(t, int64(18), f.checkpoint(19, true))
+}
+
+// Deltas build on the last completed checkpoint, however many fail after
+// it; the 65th checkpoint since the last completion is full (the backend
+// keeps at most 64 change sets), and deltas build on it once it completes.
+func TestIncrementalWithoutCompletions(t *testing.T) {
+	f := newIncrementalFixture(t)
+	require.Zero(t, f.checkpoint(1, true))
+	id := int64(2)
+	for ; id <= 64; id++ {
+		f.val.Put(keys(200)[id], "", -id)
+		require.Equal(t, int64(1), f.checkpoint(id, false), "checkpoint %d", id)
+	}
+	// A delta on 1 holds the changes of all the failed ones.
+	f.val.Put("k0", "", -1)
+	require.Equal(t, int64(1), f.checkpoint(id, true))
+	for id++; id < 130; id++ {
+		require.Equal(t, int64(65), f.checkpoint(id, false), "checkpoint %d", id)
+	}
+	require.Zero(t, f.checkpoint(id, true), "checkpoint %d, the 65th since the last completion", id)
+	f.val.Put("k1", "", -2)
+	require.Equal(t, id, f.checkpoint(id+1, true))
+}
+
+// A table that records more changes between two checkpoints than
+// maxTableChanges stops recording: the next snapshot is full, and the
+// ones after it deltas again.
+func TestIncrementalTooManyChanges(t *testing.T) {
+	statestore.SetMaxTableChanges(t, 50)
+	f := newIncrementalFixture(t)
+	require.Zero(t, f.checkpoint(1, true))
+	for i, k := range keys(40) {
+		f.val.Put(k, "", int64(i*2))
+	}
+	require.Equal(t, int64(1), f.checkpoint(2, true), "40 changes")
+	for i, k := range keys(60) {
+		f.val.Put(k, "", int64(i*3))
+	}
+	require.Zero(t, f.checkpoint(3, true), "60 changes")
+	f.val.Put("k5", "", 0)
+	require.Equal(t, int64(3), f.checkpoint(4, true))
+}

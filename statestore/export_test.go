@@ -95,3 +95,11 @@ func (l *LogBuffer) String() string {
 func (l *LogBuffer) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// SetMaxTableChanges sets how many changes a table of an incremental bbolt
+// backend records between two checkpoints, until the test ends.
+func SetMaxTableChanges(t testing.TB, n int) {
+	old := maxTableChanges
+	maxTableChanges = n
+	t.Cleanup(func() { maxTableChanges = old })
+}
