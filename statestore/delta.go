@@ -30,8 +30,7 @@ func isTombstone(v rawItem) bool { return len(v) == 1 && v[0] == tombstone }
 // snapshot of the newest one would have written, byte for byte: parts[0]
 // is a full part (Snapshot.WriteTo's stream), parts[1:] are delta parts,
 // oldest first, each a delta on the one before it. Every blob's checksum
-// is verified. The result does not alias the parts when there is more
-// than one.
+// is verified, and the result is a new buffer.
 func mergeChain(parts [][]byte) ([]byte, error) {
 	if len(parts) == 0 {
 		return nil, nil
