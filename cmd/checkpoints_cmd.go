@@ -318,7 +318,11 @@ func writeCheckpointsText(w io.Writer, l checkpointList) error {
 		}
 		bases := "-"
 		if len(r.Bases) > 0 {
-			bases = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.Bases)), ","), "[]")
+			ids := make([]string, len(r.Bases))
+			for i, b := range r.Bases {
+				ids[i] = strconv.FormatInt(b, 10)
+			}
+			bases = strings.Join(ids, ",")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, completed, humanBytes(r.Size), r.Parts, bases, status)
 	}

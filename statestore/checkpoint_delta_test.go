@@ -83,25 +83,9 @@ func writeDelta(t *testing.T, s *CheckpointStore, id int64, parts ...deltaPart) 
 // requires that it holds no incomplete one.
 func completeIDs(t *testing.T, s *CheckpointStore) []int64 {
 	t.Helper()
-	complete, incomplete := listDelta(t, s)
+	complete, incomplete := ListIDs(t, s)
 	require.Empty(t, incomplete)
 	return complete
-}
-
-// listDelta lists the store's completed and incomplete checkpoints,
-// newest first.
-func listDelta(t *testing.T, s *CheckpointStore) (complete, incomplete []int64) {
-	t.Helper()
-	list, err := s.List()
-	require.NoError(t, err)
-	for _, ci := range list {
-		if ci.Complete {
-			complete = append(complete, ci.ID)
-		} else {
-			incomplete = append(incomplete, ci.ID)
-		}
-	}
-	return complete, incomplete
 }
 
 // fileDirIDs lists, newest first, the checkpoints with a part-file
@@ -376,7 +360,7 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 		p2 := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 		writeDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")})
 		writeDelta(t, s, 4, deltaPart{name: "op/a/0", blob: opaque(4, "op/a/0")})
-		complete, incomplete := listDelta(t, s)
+		complete, incomplete := ListIDs(t, s)
 		require.Equal(t, []int64{4, 3, 1}, complete, "1 stays as the base of pending 2")
 		require.Equal(t, []int64{2}, incomplete)
 		require.Equal(t, []int64{4, 3, 2, 1}, fileDirIDs(t, s))
@@ -406,7 +390,7 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 		writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 		p2 := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 		writeDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")})
-		complete, incomplete := listDelta(t, s)
+		complete, incomplete := ListIDs(t, s)
 		require.Equal(t, []int64{3, 1}, complete, "1 stays as the base of pending 2")
 		require.Equal(t, []int64{2}, incomplete)
 		require.NoError(t, p2.Abort())
@@ -650,7 +634,7 @@ func TestCheckpointDeltaCompleteRechecksBase(t *testing.T) {
 	require.ErrorContains(t, err, `part "op/a/0" is a delta on checkpoint 1`)
 	require.NoError(t, p.Abort())
 	require.Equal(t, 0, pinCount(s))
-	complete, _ := listDelta(t, s)
+	complete, _ := ListIDs(t, s)
 	require.Empty(t, complete)
 }
 
@@ -796,7 +780,7 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 				require.NotErrorIs(t, err, ErrDeltaBase)
 				require.NoError(t, p.Abort())
 				require.Equal(t, 0, pinCount(s))
-				complete, incomplete := listDelta(t, s)
+				complete, incomplete := ListIDs(t, s)
 				require.Equal(t, []int64{1}, complete)
 				require.Empty(t, incomplete)
 				require.Equal(t, []int64{1}, fileDirIDs(t, s), "the failed checkpoint's files are removed")

@@ -106,19 +106,9 @@ func latestID(t testing.TB, s *statestore.CheckpointStore) int64 {
 	return cp.ID()
 }
 
-func listIDs(t testing.TB, s *statestore.CheckpointStore) (complete, incomplete []int64) {
-	t.Helper()
-	infos, err := s.List()
-	require.NoError(t, err)
-	for _, ci := range infos {
-		if ci.Complete {
-			complete = append(complete, ci.ID)
-		} else {
-			incomplete = append(incomplete, ci.ID)
-		}
-	}
-	return complete, incomplete
-}
+// listIDs lists the store's completed and incomplete checkpoints, newest
+// first.
+var listIDs = statestore.ListIDs
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	dir := t.TempDir()

@@ -103,3 +103,19 @@ func SetMaxTableChanges(t testing.TB, n int) {
 	maxTableChanges = n
 	t.Cleanup(func() { maxTableChanges = old })
 }
+
+// ListIDs lists the store's completed and incomplete checkpoints, newest
+// first.
+func ListIDs(t testing.TB, s *CheckpointStore) (complete, incomplete []int64) {
+	t.Helper()
+	infos, err := s.List()
+	require.NoError(t, err)
+	for _, ci := range infos {
+		if ci.Complete {
+			complete = append(complete, ci.ID)
+		} else {
+			incomplete = append(incomplete, ci.ID)
+		}
+	}
+	return complete, incomplete
+}
