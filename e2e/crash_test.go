@@ -88,8 +88,8 @@ type crashScenario struct {
 	atLeastOnce func(t *testing.T, want, got []string)
 	// exact adds checks of an exactly_once run beyond multiset equality.
 	exact func(t *testing.T, want, got []string)
-	// state, when set, is a state block appended to the pipeline file;
-	// with incremental, its checkpoints are incremental and retain one.
+	// state, when set, is a state block appended to the pipeline file.
+	// With incremental, its checkpoints are incremental and retain one.
 	state       string
 	incremental bool
 }
@@ -117,9 +117,9 @@ func crashScenarios() []crashScenario {
 	}
 }
 
-// TestCrashRecovery runs every crash scenario in both checkpoint modes, and
-// again with the live state on disk (state.backend bbolt), full and
-// incremental.
+// TestCrashRecovery runs every crash scenario in both checkpoint modes, with
+// incremental checkpoints, and again with the live state on disk
+// (state.backend bbolt), full and incremental.
 func TestCrashRecovery(t *testing.T) {
 	kills := 6
 	if testing.Short() {
@@ -145,6 +145,19 @@ func TestCrashRecovery(t *testing.T) {
 				runCrashScenario(t, sc, mode, n, kills, rng)
 			})
 		}
+		// Incremental checkpoints, retaining one: a restore reads a chain
+		// of deltas, whose bases retention must keep.
+		inc := sc
+		inc.incremental = true
+		t.Run(sc.name+"/exactly_once/incremental", func(t *testing.T) {
+			t.Parallel()
+			n := inc.records
+			if testing.Short() {
+				n = inc.shortRecords
+			}
+			rng := rand.New(rand.NewPCG(seed, uint64(300+si)))
+			runCrashScenario(t, inc, "exactly_once", n, kills, rng)
+		})
 	}
 	// The same with the bbolt backend, with caches smaller than the keys of
 	// a subtask (1000 ids for dedupe, 13 keys for window, the aggregate's
@@ -163,8 +176,7 @@ func TestCrashRecovery(t *testing.T) {
 				runCrashScenario(t, sc, mode, n, kills, rng)
 			})
 		}
-		// And with incremental checkpoints, retaining one: a restore reads
-		// a chain of deltas, whose bases retention must keep.
+		// And with incremental checkpoints.
 		inc := sc // the subtests above run later, with sc as it is now
 		inc.incremental = true
 		t.Run(sc.name+"/exactly_once/bbolt-incremental", func(t *testing.T) {
@@ -194,7 +206,7 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 		}
 	}
 	file := mustAbs(t, sc.file)
-	if sc.state != "" {
+	if sc.state != "" || sc.incremental {
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
 		if sc.incremental {

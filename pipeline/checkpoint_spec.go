@@ -47,8 +47,9 @@ type CheckpointSpec struct {
 	MaxConcurrent     int            `yaml:"max_concurrent"`
 	TolerableFailures int            `yaml:"tolerable_failures"`
 	Retain            int            `yaml:"retain"`
-	// Incremental makes the bbolt backend's checkpoints deltas on the last
-	// completed one (docs/state.md, "Incremental checkpoints").
+	// Incremental makes the keyed state's checkpoint parts deltas on the
+	// last completed checkpoint's (docs/state.md, "Incremental
+	// checkpoints").
 	Incremental bool `yaml:"incremental"`
 	// OnSigterm is what `eddy run` does on SIGTERM.
 	OnSigterm SigtermAction `yaml:"on_sigterm"`
@@ -156,8 +157,5 @@ func (p *problems) checkCheckpoint(root *yaml.Node, s *Spec) {
 	}
 	if c.Retain < 1 {
 		p.at(at("retain"), "checkpoint.retain must be at least 1")
-	}
-	if c.Incremental && s.State.Backend != "bbolt" {
-		p.at(at("incremental"), "checkpoint.incremental needs state.backend: bbolt (the memory backend's checkpoints are always full)")
 	}
 }

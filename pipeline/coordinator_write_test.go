@@ -88,8 +88,8 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 func TestWriteAckDeltaParts(t *testing.T) {
 	ctx := context.Background()
 	be, err := statestore.NewBolt(statestore.BoltOptions{
-		Options: statestore.Options{KeyGroup: func(k string) int { return len(k) % 4 }, KeyGroups: [2]int{0, 4}},
-		Dir:     t.TempDir(), Incremental: true,
+		Options: statestore.Options{KeyGroup: func(k string) int { return len(k) % 4 }, KeyGroups: [2]int{0, 4}, Incremental: true},
+		Dir:     t.TempDir(),
 	})
 	require.NoError(t, err)
 	defer be.Close()

@@ -139,10 +139,6 @@ func TestLoadInvalid(t *testing.T) {
 		text: "- just a list\n",
 		want: []string{`bad.yaml:1:1: a pipeline file must be a mapping with version, name, sources, steps and sinks`},
 	}, {
-		name: "incremental checkpoints need the bbolt backend",
-		text: head + "checkpoint:\n  interval: 1s\n  incremental: true\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
-		want: []string{`bad.yaml:5:16: checkpoint.incremental needs state.backend: bbolt (the memory backend's checkpoints are always full)`},
-	}, {
 		name: "wrong version",
 		text: "version: 2\nname: bad\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
 		want: []string{`bad.yaml:1:10: version: this eddy reads format version 1, not 2`},

@@ -149,6 +149,8 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 		KeyGroup:  func(key string) int { return KeyGroup(key, maxPar) },
 		KeyGroups: [2]int{start, end},
 		Clock:     nowMillis,
+
+		Incremental: s.spec.Checkpoint != nil && s.spec.Checkpoint.Incremental,
 	}
 	var (
 		b   statestore.Backend
@@ -160,8 +162,7 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 		if s.stateDir != "" {
 			dir = filepath.Join(s.stateDir, liveDir, fmt.Sprintf("%s-%d", s.node.ID, s.info.Subtask))
 		}
-		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: dir, CacheEntries: st.CacheEntries,
-			Incremental: s.spec.Checkpoint != nil && s.spec.Checkpoint.Incremental})
+		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: dir, CacheEntries: st.CacheEntries})
 	} else {
 		b, err = statestore.NewMemory(opts)
 	}

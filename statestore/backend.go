@@ -24,6 +24,11 @@ type Options struct {
 	// Clock returns the processing time in epoch milliseconds, read for TTL
 	// only. Default: the wall clock. Tests inject a fake one.
 	Clock func() int64
+	// Incremental makes SnapshotCheckpoint take deltas on the snapshot of
+	// the last completed checkpoint (checkpoint.incremental): the backend
+	// then keeps track of what its writes change (docs/state.md,
+	// "Incremental checkpoints").
+	Incremental bool
 }
 
 func (o *Options) validate() error {

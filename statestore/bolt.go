@@ -112,10 +112,6 @@ type BoltOptions struct {
 	// CacheEntries bounds the write-back cache: how many keys, summed over
 	// the states, are kept decoded in memory. 0: DefaultCacheEntries.
 	CacheEntries int
-	// Incremental makes SnapshotCheckpoint take deltas on the snapshot of
-	// the last completed checkpoint (checkpoint.incremental): the backend
-	// then records the keys of the records each flush changes.
-	Incremental bool
 }
 
 // Bolt is the bbolt state backend: the live state is in a bbolt file, the
@@ -167,9 +163,8 @@ type Bolt struct {
 	layout      uint64 // bumped when states change otherwise than by writes
 	seq         uint64 // checkpoint snapshots taken
 	changes     []changeSet
-	records     []*snapRecord // checkpoint snapshots not completed yet
-	base        *snapRecord   // the last completed one
-	lostChanges bool          // changes since the last snapshot were not all recorded
+	chain       deltaChain
+	lostChanges bool // changes since the last snapshot were not all recorded
 }
 
 type boltRegistered struct {
@@ -529,7 +524,7 @@ func (b *Bolt) snapshot(rec *snapRecord, since [][][]string) (*boltSnapshot, err
 		b.fail(err)
 		return nil, err
 	}
-	ms := &memSnapshot{start: b.start, end: b.end, now: b.clock()}
+	ms := &memSnapshot{start: b.start, end: b.end, now: b.clock(), rec: rec}
 	var full []frozenState
 	for i, t := range b.tables {
 		full = append(full, t.freeze(tx, b.start))
@@ -544,7 +539,7 @@ func (b *Bolt) snapshot(rec *snapRecord, since [][][]string) (*boltSnapshot, err
 	slices.SortFunc(full, byName)
 	if rec != nil && rec.base != nil {
 		slices.SortFunc(ms.states, byName)
-		ms.delta = true
+		ms.delta, ms.full = true, full
 	} else {
 		ms.states = full
 	}
@@ -555,7 +550,7 @@ func (b *Bolt) snapshot(rec *snapRecord, since [][][]string) (*boltSnapshot, err
 	}
 	slices.SortFunc(ms.timers, func(a, b frozenTimers) int { return cmpString(a.name, b.name) })
 
-	s := &boltSnap{b: b, tx: tx, snap: ms, full: full, rec: rec}
+	s := &boltSnap{b: b, tx: tx, snap: ms}
 	b.snapMu.Lock()
 	b.snaps[s] = struct{}{}
 	b.snapMu.Unlock()
@@ -702,10 +697,6 @@ type boltSnap struct {
 	state int
 	tx    *bolt.Tx
 	snap  *memSnapshot
-	// full are the states of a full snapshot (Full); rec is the
-	// checkpoint's record, nil for Snapshot's.
-	full []frozenState
-	rec  *snapRecord
 }
 
 // end rolls back the read transaction, once; any goroutine.
@@ -752,12 +743,7 @@ func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
 	case snapClosed:
 		return dst, fmt.Errorf("encode snapshot: %w", ErrClosed)
 	}
-	n := len(dst)
-	dst, err := s.snap.AppendTo(dst)
-	if s.rec != nil {
-		s.rec.written.Store(int64(len(dst) - n))
-	}
-	return dst, err
+	return s.snap.AppendTo(dst)
 }
 
 func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
@@ -770,11 +756,7 @@ func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
 	case snapClosed:
 		return 0, fmt.Errorf("encode snapshot: %w", ErrClosed)
 	}
-	n, err := s.snap.WriteTo(w)
-	if s.rec != nil {
-		s.rec.written.Store(n)
-	}
-	return n, err
+	return s.snap.WriteTo(w)
 }
 
 // Base implements DeltaSnapshot.
@@ -782,10 +764,7 @@ func (o *boltSnapshot) Base() int64 {
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.rec == nil || s.rec.full.Load() {
-		return 0
-	}
-	return s.rec.baseID
+	return s.snap.Base()
 }
 
 // Full implements DeltaSnapshot.
@@ -793,11 +772,9 @@ func (o *boltSnapshot) Full() {
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != snapOpen || !s.snap.delta {
-		return
+	if s.state == snapOpen {
+		s.snap.Full()
 	}
-	s.snap.states, s.snap.delta = s.full, false
-	s.rec.full.Store(true)
 }
 
 func (o *boltSnapshot) WriteAndRelease(w io.Writer) (int64, error) {

@@ -6,39 +6,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// Incremental checkpoints of the bbolt backend (BoltOptions.Incremental).
+// Incremental checkpoints of the bbolt backend (Options.Incremental; the
+// policy is incremental.go's).
 //
 // The backend records the bbolt keys of the records that every flush and
 // cleanup writes or deletes. At each checkpoint's snapshot
-// (SnapshotCheckpoint) it seals those into a change set. When a checkpoint
-// completes (CheckpointCompleted), its snapshot becomes the base: the next
-// snapshot is a delta on it, holding only the records changed since (the
-// change sets sealed after the base's), as upserts or tombstones, and the
-// timers. Change sets up to the base are dropped then.
-//
-// A snapshot is full instead when there is no base yet, when the states
-// changed otherwise than by writes since the base (a state registered, a
-// restore), while restored states wait to be registered, when the base's
-// chain holds maxDeltaChain deltas, or when the deltas since the chain's
-// full snapshot add up to its size: a restore reads the whole chain.
-
-// maxDeltaChain bounds the deltas in a chain.
-const maxDeltaChain = 16
-
-// maxTableChanges bounds the changes a table records between two
-// checkpoint snapshots: past it the backend stops recording and forgets
-// its base (the next snapshot is full). A variable for the tests.
-var maxTableChanges = 1 << 20
-
-// maxChangeSets bounds the change sets kept after the base: when
-// checkpoints stop completing, the backend forgets its base and records
-// changes afresh (the snapshots are full until one completes).
-const maxChangeSets = 64
+// (SnapshotCheckpoint) it seals those into a change set. A delta on the
+// base holds the records of the change sets sealed after the base's, read
+// from the snapshot's transaction, as upserts or tombstones, and the
+// timers. Change sets up to the base are dropped when it completes.
 
 // changeSet holds the records changed between two checkpoints' snapshots:
 // keys[i] are the bbolt keys of table i (repeats included, unsorted).
@@ -47,28 +27,9 @@ type changeSet struct {
 	keys [][]string
 }
 
-// snapRecord is a checkpoint's snapshot, as the backend remembers it.
-type snapRecord struct {
-	id     int64  // checkpoint
-	seq    uint64 // b.seq when it was taken
-	layout uint64
-	// base is the record this one is a delta on (nil: a full snapshot),
-	// until the checkpoint completes; baseID is its checkpoint.
-	base   *snapRecord
-	baseID int64
-	// written is the size of the part, set once it is written; full is set
-	// when the snapshot, taken as a delta, was written in full (Full).
-	written atomic.Int64
-	full    atomic.Bool
-	// Set when the checkpoint completed: deltas since the chain's full
-	// snapshot, their bytes, and the full snapshot's bytes.
-	chain                 int
-	deltaBytes, fullBytes int64
-}
-
 // SnapshotCheckpoint implements IncrementalBackend: Snapshot, for
 // checkpoint id, as a delta on the last completed checkpoint's snapshot
-// when the backend is incremental and a delta is allowed (see above).
+// when the backend is incremental and a delta is allowed.
 func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
 	if !b.incremental {
 		return b.Snapshot()
@@ -77,7 +38,8 @@ func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
 		return nil, err
 	}
 	if b.lostChanges {
-		b.base, b.changes, b.records, b.lostChanges = nil, nil, nil, false
+		b.chain.forget()
+		b.changes, b.lostChanges = nil, false
 	}
 	b.seq++
 	set := changeSet{seq: b.seq, keys: make([][]string, len(b.tables))}
@@ -88,13 +50,10 @@ func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
 	if len(b.changes) > maxChangeSets {
 		// The snapshots taken so far cannot become bases either: the
 		// change sets after theirs are gone.
-		b.base, b.changes, b.records = nil, nil, nil
+		b.chain.forget()
+		b.changes = nil
 	}
-	rec := &snapRecord{id: id, seq: b.seq, layout: b.layout}
-	if base := b.base; base != nil && base.layout == b.layout && len(b.pending) == 0 &&
-		base.chain < maxDeltaChain && base.deltaBytes < base.fullBytes {
-		rec.base, rec.baseID = base, base.id
-	}
+	rec := b.chain.take(id, b.seq, b.layout, len(b.pending) > 0)
 	var since [][][]string // per table, the change sets after the base
 	if rec.base != nil {
 		since = make([][][]string, len(b.tables))
@@ -111,7 +70,7 @@ func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.records = append(b.records, rec)
+	b.chain.add(rec)
 	return out, nil
 }
 
@@ -122,28 +81,9 @@ func (b *Bolt) CheckpointCompleted(id int64) {
 	if !b.incremental {
 		return
 	}
-	i := slices.IndexFunc(b.records, func(r *snapRecord) bool { return r.id == id })
-	if i < 0 {
-		return
+	if rec := b.chain.complete(id); rec != nil {
+		b.changes = slices.DeleteFunc(b.changes, func(s changeSet) bool { return s.seq <= rec.seq })
 	}
-	rec := b.records[i]
-	b.records = slices.Delete(b.records, 0, i+1)
-	if rec.full.Load() {
-		rec.base = nil
-	}
-	if rec.base == nil {
-		rec.fullBytes = rec.written.Load()
-	} else {
-		rec.chain = rec.base.chain + 1
-		rec.fullBytes = rec.base.fullBytes
-		rec.deltaBytes = rec.base.deltaBytes + rec.written.Load()
-		rec.base = nil // the chain's sizes are what later deltas need
-	}
-	if b.base != nil && b.base.seq >= rec.seq {
-		return
-	}
-	b.base = rec
-	b.changes = slices.DeleteFunc(b.changes, func(s changeSet) bool { return s.seq <= rec.seq })
 }
 
 // recordChange records that the record of bbolt key k was written or

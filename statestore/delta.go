@@ -134,7 +134,9 @@ func mergeGroup(dst []byte, kg int, blobs [][]byte) ([]byte, error) {
 				states[j].entries = ws.Entries
 				continue
 			}
-			states[j].entries = applyDelta(states[j].entries, ws.Entries)
+			if states[j].entries, err = applyDelta(states[j].entries, ws.Entries); err != nil {
+				return dst, fmt.Errorf("state %q in part %d of the chain: %w", ws.Name, i+1, err)
+			}
 		}
 	}
 	start := len(dst)
@@ -205,8 +207,14 @@ func cmpEntry(a, b *wireEntry) int {
 }
 
 // applyDelta returns base, sorted by (key, namespace), with the upserts
-// and tombstones of delta, sorted the same way, applied.
-func applyDelta(base, delta []wireEntry) []wireEntry {
+// and tombstones of delta, sorted the same way, applied. A delta that is
+// out of order, or names an entry twice, is corrupt.
+func applyDelta(base, delta []wireEntry) ([]wireEntry, error) {
+	for j := 1; j < len(delta); j++ {
+		if cmpEntry(&delta[j-1], &delta[j]) >= 0 {
+			return nil, fmt.Errorf("%w: delta entry (%q, %q) after (%q, %q)", ErrCorrupt, delta[j].Key, delta[j].NS, delta[j-1].Key, delta[j-1].NS)
+		}
+	}
 	out := make([]wireEntry, 0, len(base)+len(delta))
 	i, j := 0, 0
 	for i < len(base) || j < len(delta) {
@@ -232,5 +240,5 @@ func applyDelta(base, delta []wireEntry) []wireEntry {
 		}
 		j++
 	}
-	return out
+	return out, nil
 }

@@ -44,19 +44,27 @@ func TestIncrementalChainMergesToFullSnapshot(t *testing.T) {
 	require.ErrorIs(t, err, statestore.ErrCorrupt)
 }
 
+// incrementalMemory opens a memory backend with incremental snapshots.
+func incrementalMemory(t testing.TB, o *opener) *statestore.Memory {
+	m, err := statestore.NewMemory(statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now, Incremental: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
 // incrementalBolt opens a bbolt backend with incremental snapshots.
 func incrementalBolt(t testing.TB, o *opener, cacheEntries int) *statestore.Bolt {
 	b, err := statestore.NewBolt(statestore.BoltOptions{
-		Options: statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now},
-		Dir:     t.TempDir(), CacheEntries: cacheEntries, Incremental: true,
+		Options: statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now, Incremental: true},
+		Dir:     t.TempDir(), CacheEntries: cacheEntries,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	return b
 }
 
-// TestIncrementalSnapshotsRandomized drives an incremental bbolt backend
-// with random operations and checkpoints: snapshots written later with
+// TestIncrementalSnapshotsRandomized drives an incremental backend (bbolt
+// with and without cache evictions, memory) with random operations and checkpoints: snapshots written later with
 // writes between their blobs, some released unwritten (aborted), some
 // written but never completed, some turned full before writing (the
 // fallback when a base is gone), completed out of order, and cleanups of
@@ -67,12 +75,20 @@ func incrementalBolt(t testing.TB, o *opener, cacheEntries int) *statestore.Bolt
 // since the base, which a restore drops; so the two are compared after
 // a restore).
 func TestIncrementalSnapshotsRandomized(t *testing.T) {
-	for _, cache := range []int{0, 32} {
+	for _, backend := range []string{"bbolt-cache0", "bbolt-cache32", "memory"} {
 		for seed := uint64(1); seed <= 3; seed++ {
-			t.Run(fmt.Sprintf("cache%d/seed%d", cache, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/seed%d", backend, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 7))
 				o := &opener{t: t, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
-				b := incrementalBolt(t, o, cache)
+				var b statestore.IncrementalBackend
+				switch backend {
+				case "bbolt-cache0":
+					b = incrementalBolt(t, o, 0)
+				case "bbolt-cache32":
+					b = incrementalBolt(t, o, 32)
+				default:
+					b = incrementalMemory(t, o)
+				}
 				mir, err := statestore.NewMemory(statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now})
 				require.NoError(t, err)
 				defer mir.Close()
@@ -184,56 +200,70 @@ func requireSameRestore(t *testing.T, o *opener, want, got []byte, msg string, a
 // the delta: the merged chain has none of its timers, and a group that
 // only gained timers gets them.
 func TestIncrementalTimersOfUnchangedGroups(t *testing.T) {
-	o := &opener{t: t, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
-	b := incrementalBolt(t, o, 0)
-	val, err := statestore.RegisterValue(b, statestore.ValueDescriptor[int64]{Name: "val"})
-	require.NoError(t, err)
-	tm := b.TimerService("timers")
-	ks := keys(64)
-	for i, k := range ks {
-		val.Put(k, "", int64(i))
-		if i%2 == 0 {
-			tm.RegisterEventTimer(k, "", 10)
-		}
-	}
-	var parts [][]byte
-	checkpoint := func(id int64) statestore.DeltaSnapshot {
-		s, err := b.SnapshotCheckpoint(id)
+	forEachIncremental(t, func(t *testing.T, _ *opener, b statestore.IncrementalBackend) {
+		val, err := statestore.RegisterValue(b, statestore.ValueDescriptor[int64]{Name: "val"})
 		require.NoError(t, err)
-		var buf bytes.Buffer
-		_, err = s.WriteAndRelease(&buf)
-		require.NoError(t, err)
-		parts = append(parts, buf.Bytes())
-		b.CheckpointCompleted(id)
-		return s.(statestore.DeltaSnapshot)
-	}
-	checkpoint(1)
-	for i, k := range ks {
-		if i%2 == 0 {
-			tm.DeleteEventTimer(k, "", 10)
-		} else {
-			tm.RegisterEventTimer(k, "", 20)
+		tm := b.TimerService("timers")
+		ks := keys(64)
+		for i, k := range ks {
+			val.Put(k, "", int64(i))
+			if i%2 == 0 {
+				tm.RegisterEventTimer(k, "", 10)
+			}
 		}
-	}
-	require.Equal(t, int64(1), checkpoint(2).Base())
-	merged, err := statestore.MergeChain(parts)
-	require.NoError(t, err)
-	require.Equal(t, writeSnapshot(t, b), merged)
+		var parts [][]byte
+		checkpoint := func(id int64) statestore.DeltaSnapshot {
+			s, err := b.SnapshotCheckpoint(id)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			_, err = s.WriteAndRelease(&buf)
+			require.NoError(t, err)
+			parts = append(parts, buf.Bytes())
+			b.CheckpointCompleted(id)
+			return s.(statestore.DeltaSnapshot)
+		}
+		checkpoint(1)
+		for i, k := range ks {
+			if i%2 == 0 {
+				tm.DeleteEventTimer(k, "", 10)
+			} else {
+				tm.RegisterEventTimer(k, "", 20)
+			}
+		}
+		require.Equal(t, int64(1), checkpoint(2).Base())
+		merged, err := statestore.MergeChain(parts)
+		require.NoError(t, err)
+		require.Equal(t, writeSnapshot(t, b), merged)
+	})
 }
 
-// incrementalFixture is an incremental bbolt backend with one value state
-// of 200 keys, whose checkpoints the test takes and completes.
+// forEachIncremental runs fn as a subtest on an incremental bbolt backend
+// and on an incremental memory backend.
+func forEachIncremental(t *testing.T, fn func(t *testing.T, o *opener, b statestore.IncrementalBackend)) {
+	for _, name := range []string{"bbolt", "memory"} {
+		t.Run(name, func(t *testing.T) {
+			o := &opener{t: t, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
+			if name == "bbolt" {
+				fn(t, o, incrementalBolt(t, o, 0))
+			} else {
+				fn(t, o, incrementalMemory(t, o))
+			}
+		})
+	}
+}
+
+// incrementalFixture is an incremental backend with one value state of 200
+// keys, whose checkpoints the test takes and completes.
 type incrementalFixture struct {
 	t     *testing.T
-	b     *statestore.Bolt
+	b     statestore.IncrementalBackend
 	val   statestore.ValueState[int64]
 	parts map[int64][]byte
 	bases map[int64]int64
 }
 
-func newIncrementalFixture(t *testing.T) *incrementalFixture {
-	o := &opener{t: t, maxPar: 16, clock: &fakeClock{now: 1_000_000}}
-	f := &incrementalFixture{t: t, b: incrementalBolt(t, o, 0), parts: map[int64][]byte{}, bases: map[int64]int64{}}
+func newIncrementalFixture(t *testing.T, b statestore.IncrementalBackend) *incrementalFixture {
+	f := &incrementalFixture{t: t, b: b, parts: map[int64][]byte{}, bases: map[int64]int64{}}
 	var err error
 	f.val, err = statestore.RegisterValue(f.b, statestore.ValueDescriptor[int64]{Name: "val"})
 	require.NoError(t, err)
@@ -272,55 +302,89 @@ func (f *incrementalFixture) checkpoint(id int64, complete bool) int64 {
 
 // A chain holds at most 16 deltas: the next snapshot is full.
 func TestIncrementalChainLength(t *testing.T) {
-	f := newIncrementalFixture(t)
-	require.Zero(t, f.checkpoint(1, true))
-	for id := int64(2); id <= 17; id++ {
-		f.val.Put("k7", "", id)
-		require.Equal(t, id-1, f.checkpoint(id, true), "checkpoint %d", id)
-	}
-	f.val.Put("k7", "", 18)
-	require.Zero(t, f.checkpoint(18, true), "the 17th delta")
-	f.val.Put("k7", "", 19)
-	require.Equal(t, int64(18), f.checkpoint(19, true))
+	forEachIncremental(t, func(t *testing.T, _ *opener, b statestore.IncrementalBackend) {
+		f := newIncrementalFixture(t, b)
+		require.Zero(t, f.checkpoint(1, true))
+		for id := int64(2); id <= 17; id++ {
+			f.val.Put("k7", "", id)
+			require.Equal(t, id-1, f.checkpoint(id, true), "checkpoint %d", id)
+		}
+		f.val.Put("k7", "", 18)
+		require.Zero(t, f.checkpoint(18, true), "the 17th delta")
+		f.val.Put("k7", "", 19)
+		require.Equal(t, int64(18), f.checkpoint(19, true))
+	})
+}
+
+// A delta holds the deletions since its base as tombstones, also in a key
+// group where nothing else changed, and a state registered since the base
+// makes the next snapshot full.
+func TestIncrementalDeletionsAndNewStates(t *testing.T) {
+	forEachIncremental(t, func(t *testing.T, _ *opener, b statestore.IncrementalBackend) {
+		f := newIncrementalFixture(t, b)
+		require.Zero(t, f.checkpoint(1, true))
+		f.val.Clear("k7", "")
+		require.Equal(t, int64(1), f.checkpoint(2, true), "one deletion")
+		require.Less(t, len(f.parts[2]), len(f.parts[1])/20, "the delta holds one group's blob")
+		f.val.Put("k7", "", 7)
+		f.val.Clear("k7", "")
+		f.val.Clear("k8", "")
+		f.val.Put("k8", "", 80)
+		require.Equal(t, int64(2), f.checkpoint(3, true), "deleted and written again")
+
+		other, err := statestore.RegisterValue(b, statestore.ValueDescriptor[string]{Name: "other"})
+		require.NoError(t, err)
+		other.Put("k1", "", "x")
+		require.Zero(t, f.checkpoint(4, true), "a state registered since the base")
+		other.Clear("k1", "")
+		require.Equal(t, int64(4), f.checkpoint(5, true))
+	})
 }
 
 // Deltas build on the last completed checkpoint, however many fail after
 // it; the 65th checkpoint since the last completion is full (the backend
 // keeps at most 64 change sets), and deltas build on it once it completes.
 func TestIncrementalWithoutCompletions(t *testing.T) {
-	f := newIncrementalFixture(t)
-	require.Zero(t, f.checkpoint(1, true))
-	id := int64(2)
-	for ; id <= 64; id++ {
-		f.val.Put(keys(200)[id], "", -id)
-		require.Equal(t, int64(1), f.checkpoint(id, false), "checkpoint %d", id)
-	}
-	// A delta on 1 holds the changes of all the failed ones.
-	f.val.Put("k0", "", -1)
-	require.Equal(t, int64(1), f.checkpoint(id, true))
-	for id++; id < 130; id++ {
-		require.Equal(t, int64(65), f.checkpoint(id, false), "checkpoint %d", id)
-	}
-	require.Zero(t, f.checkpoint(id, true), "checkpoint %d, the 65th since the last completion", id)
-	f.val.Put("k1", "", -2)
-	require.Equal(t, id, f.checkpoint(id+1, true))
+	forEachIncremental(t, func(t *testing.T, _ *opener, b statestore.IncrementalBackend) {
+		f := newIncrementalFixture(t, b)
+		require.Zero(t, f.checkpoint(1, true))
+		id := int64(2)
+		for ; id <= 64; id++ {
+			f.val.Put(keys(200)[id], "", -id)
+			f.val.Clear(keys(200)[id+100], "")
+			require.Equal(t, int64(1), f.checkpoint(id, false), "checkpoint %d", id)
+		}
+		// A delta on 1 holds the changes of all the failed ones.
+		f.val.Put("k0", "", -1)
+		require.Equal(t, int64(1), f.checkpoint(id, true))
+		for id++; id < 130; id++ {
+			require.Equal(t, int64(65), f.checkpoint(id, false), "checkpoint %d", id)
+		}
+		require.Zero(t, f.checkpoint(id, true), "checkpoint %d, the 65th since the last completion", id)
+		f.val.Put("k1", "", -2)
+		require.Equal(t, id, f.checkpoint(id+1, true))
+	})
 }
 
-// A table that records more changes between two checkpoints than
-// maxTableChanges stops recording: the next snapshot is full, and the
-// ones after it deltas again.
+// A table that records more changes than maxTableChanges (the bbolt
+// backend: changed records between two checkpoints; the memory backend:
+// deletions since the base) stops recording: the next snapshot is full,
+// and the ones after it deltas again.
 func TestIncrementalTooManyChanges(t *testing.T) {
 	statestore.SetMaxTableChanges(t, 50)
-	f := newIncrementalFixture(t)
-	require.Zero(t, f.checkpoint(1, true))
-	for i, k := range keys(40) {
-		f.val.Put(k, "", int64(i*2))
-	}
-	require.Equal(t, int64(1), f.checkpoint(2, true), "40 changes")
-	for i, k := range keys(60) {
-		f.val.Put(k, "", int64(i*3))
-	}
-	require.Zero(t, f.checkpoint(3, true), "60 changes")
-	f.val.Put("k5", "", 0)
-	require.Equal(t, int64(3), f.checkpoint(4, true))
+	forEachIncremental(t, func(t *testing.T, _ *opener, b statestore.IncrementalBackend) {
+		f := newIncrementalFixture(t, b)
+		require.Zero(t, f.checkpoint(1, true))
+		ks := keys(200)
+		for _, k := range ks[:40] {
+			f.val.Clear(k, "")
+		}
+		require.Equal(t, int64(1), f.checkpoint(2, true), "40 deletions")
+		for _, k := range ks[40:100] {
+			f.val.Clear(k, "")
+		}
+		require.Zero(t, f.checkpoint(3, true), "60 deletions")
+		f.val.Clear("k105", "")
+		require.Equal(t, int64(3), f.checkpoint(4, true))
+	})
 }

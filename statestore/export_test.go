@@ -37,7 +37,7 @@ var MergeChain = mergeChain
 func ChainParts(t testing.TB, n int) (parts [][]byte, want []byte) {
 	t.Helper()
 	kg := func(key string) int { return int(key[len(key)-1]) % 8 }
-	b, err := NewBolt(BoltOptions{Options: Options{KeyGroup: kg, KeyGroups: [2]int{0, 8}}, Dir: t.TempDir(), Incremental: true})
+	b, err := NewBolt(BoltOptions{Options: Options{KeyGroup: kg, KeyGroups: [2]int{0, 8}, Incremental: true}, Dir: t.TempDir()})
 	require.NoError(t, err)
 	defer b.Close()
 	val, err := RegisterValue(b, ValueDescriptor[int64]{Name: "val"})

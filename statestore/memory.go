@@ -43,6 +43,12 @@ type Memory struct {
 	// noTimerCache: the timer services keep no cache of encoded timers
 	// (tests compare with it).
 	noTimerCache bool
+
+	// Incremental snapshots (memory_delta.go).
+	incremental bool
+	layout      uint64 // bumped when states change otherwise than by writes
+	chain       deltaChain
+	lostChanges bool // deletions since the last snapshot were not all logged
 }
 
 // registered is a registered state: its table and the handle Register* returned.
@@ -55,6 +61,8 @@ type registered struct {
 type memTable interface {
 	State
 	freeze() frozenState
+	freezeDelta(full frozenState, since uint64) frozenState
+	pruneDeletions(gen uint64)
 	prepareRestore(gi int, entries []wireEntry, now int64) (func(), error)
 	cleanup(now int64) int
 }
@@ -85,6 +93,8 @@ func NewMemory(opts Options) (*Memory, error) {
 		timers:   map[string]*TimerService{},
 		restored: map[int]bool{},
 		written:  make([]atomic.Uint64, opts.KeyGroups[1]-opts.KeyGroups[0]),
+
+		incremental: opts.Incremental,
 	}, nil
 }
 
@@ -223,6 +233,7 @@ func register[S, H any](m *Memory, spec stateSpec, fn tableFuncs[S], wrap func(*
 	}
 	h := wrap(t)
 	m.states[spec.name] = registered{tbl: t, handle: h}
+	m.layout++
 	return h, nil
 }
 
@@ -230,21 +241,36 @@ func register[S, H any](m *Memory, spec stateSpec, fn tableFuncs[S], wrap func(*
 // pointers and, per timer service, the slice of its record chunks (copied
 // on write, timers.go); then it bumps the generation,
 // which freezes every group and entry the snapshot references (table.go).
-func (m *Memory) Snapshot() (Snapshot, error) {
+func (m *Memory) Snapshot() (Snapshot, error) { return m.snapshot(nil) }
+
+// snapshot implements Snapshot: a checkpoint's when rec is not nil, a delta
+// on rec.base when that is not nil.
+func (m *Memory) snapshot(rec *snapRecord) (*memSnapshot, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
 	if m.err != nil {
 		return nil, m.err
 	}
-	s := &memSnapshot{start: m.start, end: m.end, now: m.clock(), m: m, gen: m.gen}
+	s := &memSnapshot{start: m.start, end: m.end, now: m.clock(), m: m, gen: m.gen, rec: rec}
+	delta := rec != nil && rec.base != nil
+	var deltas []frozenState
 	for _, r := range m.states {
-		s.states = append(s.states, r.tbl.freeze())
+		f := r.tbl.freeze()
+		s.states = append(s.states, f)
+		if delta {
+			deltas = append(deltas, r.tbl.freezeDelta(f, rec.base.seq))
+		}
 	}
 	for _, p := range m.pending {
 		s.states = append(s.states, &frozenPending{name_: p.name, kind_: p.kind, groups: slices.Clone(p.groups)})
 	}
-	slices.SortFunc(s.states, func(a, b frozenState) int { return cmpString(a.name(), b.name()) })
+	byName := func(a, b frozenState) int { return cmpString(a.name(), b.name()) }
+	slices.SortFunc(s.states, byName)
+	if delta {
+		slices.SortFunc(deltas, byName)
+		s.full, s.states, s.delta = s.states, deltas, true
+	}
 	for _, t := range m.timers {
 		if f := t.freeze(); f.n > 0 {
 			s.timers = append(s.timers, f)
@@ -361,6 +387,7 @@ func (m *Memory) Restore(blobs ...[]byte) error {
 	for kg := range groups {
 		m.restored[kg] = true
 	}
+	m.layout++
 	return nil
 }
 
@@ -443,11 +470,40 @@ type memSnapshot struct {
 	states     []frozenState
 	timers     []frozenTimers
 	delta      bool // its blobs are delta blobs (blobDelta)
+	// full are the states of a full snapshot when states are a delta's
+	// (Full swaps them in); rec is the checkpoint's record, nil for
+	// Snapshot's.
+	full []frozenState
+	rec  *snapRecord
 	// m took the snapshot at generation gen and is told of its Release;
 	// nil for the bbolt backend's snapshots, which encode with this type.
 	m        *Memory
 	gen      uint64
 	released atomic.Bool
+}
+
+// Base implements DeltaSnapshot.
+func (s *memSnapshot) Base() int64 {
+	if s.rec == nil || !s.delta {
+		return 0
+	}
+	return s.rec.baseID
+}
+
+// Full implements DeltaSnapshot.
+func (s *memSnapshot) Full() {
+	if !s.delta || s.released.Load() {
+		return
+	}
+	s.states, s.full, s.delta = s.full, nil, false
+	s.rec.full.Store(true)
+}
+
+// wrote records the size of the snapshot's part in its checkpoint's record.
+func (s *memSnapshot) wrote(n int64) {
+	if s.rec != nil {
+		s.rec.written.Store(n)
+	}
 }
 
 func (s *memSnapshot) KeyGroupRange() (start, end int) { return s.start, s.end }
@@ -456,7 +512,7 @@ func (s *memSnapshot) Release() {
 	if s.released.Swap(true) {
 		return
 	}
-	s.states, s.timers = nil, nil
+	s.states, s.timers, s.full = nil, nil, nil
 	if s.m != nil {
 		s.m.released(s.gen)
 	}
@@ -614,6 +670,7 @@ func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
 			return dst, err
 		}
 	}
+	s.wrote(int64(len(dst) - start))
 	return dst, nil
 }
 
@@ -685,5 +742,6 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 			return total, err
 		}
 	}
+	s.wrote(total)
 	return total, nil
 }

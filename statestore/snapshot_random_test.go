@@ -112,16 +112,17 @@ func TestSnapshotsRandomized(t *testing.T) {
 }
 
 // randomStep returns a function that applies one random operation to the
-// states of fs and fm alike (writes, clears, timer deletes, watermark and
-// processing-time advances, clock steps past TTLs) and checks that both
-// fire the same timers.
+// states of fs and fm alike (writes, clears, deletes, namespace merges,
+// reads that restart a TTL, timer deletes, watermark and processing-time
+// advances, clock steps past TTLs) and checks that both fire the same
+// timers and read the same values.
 func randomStep(t *testing.T, r *rand.Rand, o *opener, fs, fm *fixture) func() {
 	ks := keys(120)
 	wm := int64(0)
 	return func() {
 		k := ks[r.IntN(len(ks))]
 		ns := "w" + strconv.Itoa(r.IntN(3))
-		switch n := r.IntN(20); {
+		switch n := r.IntN(24); {
 		case n < 10:
 			i := r.IntN(1000)
 			fs.fill(k, i)
@@ -146,6 +147,25 @@ func randomStep(t *testing.T, r *rand.Rand, o *opener, fs, fm *fixture) func() {
 			require.Equal(t, firedM, firedS, "fired timers")
 		case n < 19:
 			o.clock.Advance(int64(r.IntN(20)) * 60_000) // TTL 1h: some values expire
+		case n < 20:
+			// Namespaces merged into one (session windows): the sources go.
+			fs.list.MergeNamespaces(k, ns, "w0", "w1", "w2")
+			fm.list.MergeNamespaces(k, ns, "w0", "w1", "w2")
+			fs.agg.MergeNamespaces(k, ns, "w0", "w1", "w2")
+			fm.agg.MergeNamespaces(k, ns, "w0", "w1", "w2")
+		case n < 21:
+			f := "f" + strconv.Itoa(r.IntN(5))
+			fs.mp.Delete(k, "", f)
+			fm.mp.Delete(k, "", f)
+		case n < 22:
+			fs.val.Delete(k, ns)
+			fm.val.Delete(k, ns)
+		case n < 23:
+			// A read restarts the TTL, or deletes an expired value.
+			vs, oks := fs.ttl.Get(k, "")
+			vm, okm := fm.ttl.Get(k, "")
+			require.Equal(t, okm, oks, "ttl value of %q", k)
+			require.Equal(t, vm, vs, "ttl value of %q", k)
 		default:
 			var firedS, firedM []statestore.Timer
 			now := o.clock.now / 1000

@@ -38,6 +38,7 @@ type slot[S any] struct {
 
 type keyEntry[S any] struct {
 	gen   uint64
+	mod   uint64 // the generation of its last write (incremental snapshots)
 	items []slot[S]
 	idx   map[string]int32 // ns -> index in items, when len(items) > nsIndexThreshold
 	// one backs items while the key has one namespace (most keyed state):
@@ -122,6 +123,7 @@ func (e *keyEntry[S]) clone(gen uint64, copyFn func(S) S) *keyEntry[S] {
 
 type group[S any] struct {
 	gen uint64
+	mod uint64 // the generation of the last write to one of its entries
 	m   map[string]*keyEntry[S]
 }
 
@@ -147,6 +149,9 @@ type table[S any] struct {
 	slotTTL int64 // spec.ttl, except for map states whose TTL is per map entry
 	fn      tableFuncs[S]
 	groups  []*group[S] // indexed by key group - start; nil until written
+	// dels logs the slots deleted since the base of the next incremental
+	// snapshot, in generation order (memory_delta.go).
+	dels []deletion
 	// appendValue encodes a value into a snapshot (valueAppender).
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
 }
@@ -241,6 +246,7 @@ func (t *table[S]) writable(gi int, key string, create bool) (*group[S], *keyEnt
 		e = e.clone(gen, t.fn.copy)
 		g.m[key] = e
 	}
+	g.mod, e.mod = gen, gen
 	return g, e
 }
 
@@ -293,8 +299,10 @@ func (t *table[S]) remove(key, ns string) {
 	if t.lookup(key, ns) == nil {
 		return
 	}
-	g, e := t.writable(t.m.index(key), key, false)
+	gi := t.m.index(key)
+	g, e := t.writable(gi, key, false)
 	e.removeAt(e.find(ns))
+	t.deleted(gi, key, ns)
 	if len(e.items) == 0 {
 		delete(g.m, key)
 	}
@@ -365,6 +373,7 @@ func (t *table[S]) merge(key, target string, sources []string, fold func(acc S, 
 			have, merged = true, true
 		}
 		e.removeAt(i)
+		t.deleted(gi, key, src)
 	}
 	if merged {
 		i := e.find(target)
@@ -481,6 +490,7 @@ func (t *table[S]) cleanup(now int64) int {
 			for i := len(e.items) - 1; i >= 0; i-- {
 				p := &e.items[i]
 				if t.expired(p, now) {
+					t.deleted(gi, k, p.ns)
 					e.removeAt(i)
 					n++
 					continue
@@ -488,6 +498,7 @@ func (t *table[S]) cleanup(now int64) int {
 				if t.fn.purge != nil {
 					n += t.fn.purge(p.v, now)
 					if a, _ := t.fn.count(p.v, now); a == 0 {
+						t.deleted(gi, k, p.ns)
 						e.removeAt(i)
 					}
 				}
@@ -643,31 +654,43 @@ func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder
 		}
 		enc.order = order
 		for _, i := range order {
-			p := &e.items[i]
-			if f.slotTTL > 0 && now-p.ts >= f.slotTTL {
-				continue
-			}
-			v := &p.v
-			if f.fn.count != nil {
-				alive, expired := f.fn.count(p.v, now)
-				if alive == 0 {
-					continue
-				}
-				if expired > 0 {
-					filtered := f.fn.filter(p.v, now)
-					v = &filtered
-				}
-			}
-			dst = AppendCBORHead(dst, majorArray, 4)
-			dst = appendText(dst, k)
-			dst = appendText(dst, p.ns)
-			dst = AppendCBORInt(dst, p.ts)
+			var ok bool
 			var err error
-			if dst, err = f.appendValue(dst, v, enc); err != nil {
-				return dst, 0, errEncodeValue(f.spec, k, err)
+			if dst, ok, err = f.appendSlot(dst, k, &e.items[i], now, enc); err != nil {
+				return dst, 0, err
 			}
-			n++
+			if ok {
+				n++
+			}
 		}
 	}
 	return dst, n, nil
+}
+
+// appendSlot appends the entry of slot p of key k, unless it is expired at
+// now, and reports whether it did.
+func (f *frozenTable[S]) appendSlot(dst []byte, k string, p *slot[S], now int64, enc *encoder) ([]byte, bool, error) {
+	if f.slotTTL > 0 && now-p.ts >= f.slotTTL {
+		return dst, false, nil
+	}
+	v := &p.v
+	if f.fn.count != nil {
+		alive, expired := f.fn.count(p.v, now)
+		if alive == 0 {
+			return dst, false, nil
+		}
+		if expired > 0 {
+			filtered := f.fn.filter(p.v, now)
+			v = &filtered
+		}
+	}
+	dst = AppendCBORHead(dst, majorArray, 4)
+	dst = appendText(dst, k)
+	dst = appendText(dst, p.ns)
+	dst = AppendCBORInt(dst, p.ts)
+	var err error
+	if dst, err = f.appendValue(dst, v, enc); err != nil {
+		return dst, false, errEncodeValue(f.spec, k, err)
+	}
+	return dst, true, nil
 }

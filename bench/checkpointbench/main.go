@@ -18,7 +18,10 @@
 // two checkpoints (the worst case for the memory backend's copy-on-write
 // and for the bbolt cache); -random-keys visits them in a scrambled order
 // instead (keys of consecutive records are far apart in the bbolt file,
-// so each cache flush writes pages all over it).
+// so each cache flush writes pages all over it); -hot-keys 0.1 updates
+// only a tenth of the keys after the warm-up (the rest of the state stays
+// as it is, which incremental checkpoints, the backends' -incremental
+// variants, do not write again).
 //
 // Each run: start, warm up until every key has state, then measure for
 // -duration the records/s that reach the window step, then cancel the job
@@ -96,10 +99,11 @@ var (
 	valueBytes   = flag.Int("value-bytes", 1024, "bytes of the payload each key keeps")
 	duration     = flag.Duration("duration", 30*time.Second, "measured steady phase of each run")
 	runs         = flag.Int("runs", 3, "rounds of (none, each interval) per backend; the best is reported")
-	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated; bbolt-incremental: bbolt with checkpoint.incremental")
+	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated; a -incremental suffix (memory-incremental, bbolt-incremental) sets checkpoint.incremental")
 	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated")
 	parallelism  = flag.Int("parallelism", 1, "parallelism of the window step (the generator runs at 1)")
 	randomKeys   = flag.Bool("random-keys", false, "update the keys in a scrambled order instead of in turn (each bbolt flush then writes pages far apart)")
+	hotKeys      = flag.Float64("hot-keys", 0, "after the warm-up, update only this share of the keys (0.1: a tenth of them, in turn), so that the rest of the state stays as it is: what incremental checkpoints save")
 	cacheEntries = flag.Int("cache-entries", 0, "bbolt backend: state.cache_entries (0: its default)")
 	dirFlag      = flag.String("dir", "", "parent of the temporary state dirs (default: the system's temporary directory)")
 	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
@@ -273,7 +277,7 @@ func spec(backend string, keys int, interval time.Duration) string {
     type: generator
     parallelism: 1
     fields:
-      id: %s
+      id: '%s'
       v: i %% 100
       ts: i / 1000
       payload: string(i) + "%s"
@@ -962,9 +966,17 @@ func pct(ds []time.Duration, p int) time.Duration {
 // idExpr is the generator's expression of a record's key: the keys in turn,
 // or with -random-keys in a scrambled order (a multiplicative hash of the
 // record's number), so that consecutive records update keys far apart.
+// With -hot-keys, the records after the first keys ones (the warm-up's)
+// update only that share of the keys.
 func idExpr(keys int) string {
-	if *randomKeys {
-		return fmt.Sprintf("(i * 2654435761) %% %d", keys)
+	of := func(n int) string {
+		if *randomKeys {
+			return fmt.Sprintf("(i * 2654435761) %% %d", n)
+		}
+		return fmt.Sprintf("i %% %d", n)
 	}
-	return fmt.Sprintf("i %% %d", keys)
+	if *hotKeys > 0 && *hotKeys < 1 {
+		return fmt.Sprintf("i < %d ? %s : %s", keys, of(keys), of(max(1, int(float64(keys)**hotKeys))))
+	}
+	return of(keys)
 }
