@@ -16,9 +16,16 @@ import (
 // parallelism 128) on a memory backend, which it returns too; the
 // operator is closed when the benchmark ends.
 func openWindowBench(b *testing.B, body string) (pipeline.Operator, *statestore.Memory) {
+	return openWindowBenchWith(b, body, false)
+}
+
+// openWindowBenchWith is openWindowBench, with incremental checkpoints or
+// without.
+func openWindowBenchWith(b *testing.B, body string, incremental bool) (pipeline.Operator, *statestore.Memory) {
 	b.Helper()
 	backend, err := statestore.NewMemory(statestore.Options{
 		KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
+		Incremental: incremental,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,9 @@ import (
 // and the latest 1 KiB payload per key, one open 24h window each), per key:
 //
 //   - encode: Snapshot and WriteTo to io.Discard (the asynchronous part);
+//   - encode-delta/all and encode-delta/tenth: the same for an incremental
+//     checkpoint's delta after every key, or a tenth of them, changed
+//     (per changed key);
 //   - update-after-snapshot: one record per key right after a snapshot,
 //     so that every update copies its entry first (copy-on-write);
 //   - update-after-release: the same after the snapshot was encoded and
@@ -39,7 +42,7 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 		keys = 1_000_000
 	}
 	const body = "key_by: id\n    window: {type: tumbling, size: 24h}\n    aggregate:\n      n: count()\n      avg_v: avg(v)\n      last: last(payload)"
-	op, backend := openWindowBench(b, body)
+	op, backend := openWindowBenchWith(b, body, true)
 	// Two records per key with distinct payloads, alternated: each update
 	// replaces the payload the key holds.
 	filler := strings.Repeat("x", 1000)
@@ -55,8 +58,8 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 	}
 	discard := pipeline.EmitterFunc(func([]pipeline.Record) error { return nil })
 	round := 0
-	updateAll := func() {
-		rs := recs[round%2]
+	update := func(n int) {
+		rs := recs[round%2][:n]
 		round++
 		for i := 0; i < len(rs); i += benchBatch {
 			if err := op.Process(rs[i:min(i+benchBatch, len(rs))], discard); err != nil {
@@ -64,6 +67,7 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 			}
 		}
 	}
+	updateAll := func() { update(keys) }
 	updateAll()
 	perKey := func(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keys), "ns/key")
@@ -83,6 +87,46 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 		perKey(b)
 		b.ReportMetric(float64(n)/float64(keys), "B/key")
 	})
+	ckpt := int64(0)
+	for _, changed := range []struct {
+		name string
+		keys int
+	}{{"all", keys}, {"tenth", keys / 10}} {
+		b.Run("encode-delta/"+changed.name, func(b *testing.B) {
+			var n int64
+			for b.Loop() {
+				b.StopTimer()
+				// A full base, completed; then the changes; then the delta.
+				ckpt++
+				s, err := backend.SnapshotCheckpoint(ckpt)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.(statestore.DeltaSnapshot).Full()
+				if _, err := s.WriteAndRelease(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				backend.CheckpointCompleted(ckpt)
+				update(changed.keys)
+				ckpt++
+				if s, err = backend.SnapshotCheckpoint(ckpt); err != nil {
+					b.Fatal(err)
+				}
+				if s.(statestore.DeltaSnapshot).Base() == 0 {
+					b.Fatal("not a delta")
+				}
+				b.StartTimer()
+				if n, err = s.WriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				s.Release()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*changed.keys), "ns/key")
+			b.ReportMetric(float64(n)/float64(changed.keys), "B/key")
+		})
+	}
 	b.Run("update-after-snapshot", func(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()

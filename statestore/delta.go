@@ -26,6 +26,15 @@ const tombstone = 0xf7
 
 func isTombstone(v rawItem) bool { return len(v) == 1 && v[0] == tombstone }
 
+// appendTombstone appends the delta entry that deletes (key, ns).
+func appendTombstone(dst []byte, key, ns string) []byte {
+	dst = AppendCBORHead(dst, majorArray, 4)
+	dst = appendText(dst, key)
+	dst = appendText(dst, ns)
+	dst = AppendCBORInt(dst, 0)
+	return append(dst, tombstone)
+}
+
 // mergeChain merges the parts of an incremental chain into the part a full
 // snapshot of the newest one would have written, byte for byte: parts[0]
 // is a full part (Snapshot.WriteTo's stream), parts[1:] are delta parts,

@@ -115,14 +115,8 @@ type frozenDelta[S any] struct {
 	since  uint64
 	dels   []deletion // shared with the table's log until sorted
 	sorted bool
-	next   int            // the first deletion of a group not written yet
-	items  []deltaItem[S] // scratch of appendGroup
-}
-
-// deltaItem is an entry of a delta blob: a slot, or a tombstone (p nil).
-type deltaItem[S any] struct {
-	key, ns string
-	p       *slot[S]
+	next   int        // the first deletion of a group not written yet
+	tombs  []deletion // scratch of appendGroup
 }
 
 func cmpDeletion(a, b deletion) int {
@@ -159,48 +153,12 @@ func (f *frozenDelta[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder
 	if g == nil || g.mod <= f.since {
 		return dst, 0, nil // a deletion is a write too: none since the base
 	}
-	items := f.items[:0]
-	for k, e := range g.m {
-		if e.mod <= f.since {
-			continue
-		}
-		for i := range e.items {
-			items = append(items, deltaItem[S]{key: k, ns: e.items[i].ns, p: &e.items[i]})
-		}
-	}
+	tombs := f.tombs[:0]
 	for _, d := range f.dels[lo:hi] {
-		if e := g.m[d.key]; e != nil && e.find(d.ns) >= 0 {
-			continue // written again: its slot is an item
+		if e := g.m[d.key]; e == nil || e.find(d.ns) < 0 {
+			tombs = append(tombs, d) // not written again since
 		}
-		items = append(items, deltaItem[S]{key: d.key, ns: d.ns})
 	}
-	slices.SortFunc(items, func(a, b deltaItem[S]) int {
-		if c := strings.Compare(a.key, b.key); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ns, b.ns)
-	})
-	n := 0
-	for _, it := range items {
-		if it.p != nil {
-			var ok bool
-			var err error
-			if dst, ok, err = f.appendSlot(dst, it.key, it.p, now, enc); err != nil {
-				return dst, 0, err
-			}
-			if ok {
-				n++
-				continue
-			}
-		}
-		dst = AppendCBORHead(dst, majorArray, 4)
-		dst = appendText(dst, it.key)
-		dst = appendText(dst, it.ns)
-		dst = AppendCBORInt(dst, 0)
-		dst = append(dst, tombstone)
-		n++
-	}
-	clear(items) // no pointers into the group kept
-	f.items = items[:0]
-	return dst, n, nil
+	f.tombs = tombs
+	return f.appendEntries(dst, g, &groupDelta{since: f.since, tombs: tombs}, now, enc)
 }

@@ -631,14 +631,37 @@ func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder
 	if g == nil || len(g.m) == 0 {
 		return dst, 0, nil
 	}
+	return f.appendEntries(dst, g, nil, now, enc)
+}
+
+// groupDelta selects what a delta blob holds of a group: the entries
+// written after generation since, and the tombstones tombs (sorted by key
+// and namespace; slots the group does not hold).
+type groupDelta struct {
+	since uint64
+	tombs []deletion
+}
+
+// appendEntries appends the unexpired entries of group g, sorted by key and
+// namespace, to dst and returns it with their number; with d, a delta's:
+// only the slots of the entries written since d.since, a tombstone for
+// each that expired, and d.tombs among them.
+func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, now int64, enc *encoder) ([]byte, int, error) {
 	// The entries with their keys, so that each is looked up once.
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
+		if d != nil && e.mod <= d.since {
+			continue
+		}
 		byKey = append(byKey, keyedEntry[S]{k, e})
 	}
 	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
 	f.byKey = byKey
-	n := 0
+	var tombs []deletion
+	if d != nil {
+		tombs = d.tombs
+	}
+	n, t := 0, 0
 	_, prefetch := any(*new(S)).(Prefetcher)
 	for j, ke := range byKey {
 		if j%prefetchBatch == 0 {
@@ -654,17 +677,40 @@ func (f *frozenTable[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder
 		}
 		enc.order = order
 		for _, i := range order {
+			p := &e.items[i]
+			if t < len(tombs) {
+				dst, t = appendTombstones(dst, tombs, t, k, p.ns)
+			}
 			var ok bool
 			var err error
-			if dst, ok, err = f.appendSlot(dst, k, &e.items[i], now, enc); err != nil {
+			if dst, ok, err = f.appendSlot(dst, k, p, now, enc); err != nil {
 				return dst, 0, err
 			}
 			if ok {
 				n++
+			} else if d != nil {
+				dst = appendTombstone(dst, k, p.ns) // the base may hold it
+				n++
 			}
 		}
 	}
-	return dst, n, nil
+	for _, tomb := range tombs[t:] {
+		dst = appendTombstone(dst, tomb.key, tomb.ns)
+	}
+	return dst, n + len(tombs), nil
+}
+
+// appendTombstones appends the tombstones of tombs[next:] that come before
+// (key, ns) and returns the index of the first one left.
+func appendTombstones(dst []byte, tombs []deletion, next int, key, ns string) ([]byte, int) {
+	for ; next < len(tombs); next++ {
+		t := &tombs[next]
+		if t.key > key || (t.key == key && t.ns > ns) {
+			break
+		}
+		dst = appendTombstone(dst, t.key, t.ns)
+	}
+	return dst, next
 }
 
 // appendSlot appends the entry of slot p of key k, unless it is expired at
