@@ -12,6 +12,7 @@
 #   scripts/bench-checkpoint.sh -state-mb 128 -duration 10s -runs 1   # a quick one
 #   scripts/bench-checkpoint.sh -cpuprofile prof                  # prof-<backend>-<mode>.pprof
 #   scripts/bench-checkpoint.sh -backends bbolt,bbolt-incremental -intervals 1s   # full against incremental
+#   scripts/bench-checkpoint.sh -backends memory,memory-incremental -intervals 1s -hot-keys 0.1   # a tenth of the keys updated
 #
 # Flags go to bench/checkpointbench (-h lists them). Needs the disk space of
 # about 6x the state (checkpoint store and bbolt live files) and, for the
