@@ -133,31 +133,27 @@ func TestCrashRecovery(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("crash seed %d (rerun with -crash.seed=%d)", seed, seed)
+	// run runs scenario sc in mode as a parallel subtest, its kills drawn
+	// from random stream number stream.
+	run := func(name string, sc crashScenario, mode string, stream int) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			n := sc.records
+			if testing.Short() {
+				n = sc.shortRecords
+			}
+			runCrashScenario(t, sc, mode, n, kills, rand.New(rand.NewPCG(seed, uint64(stream))))
+		})
+	}
 	for si, sc := range crashScenarios() {
 		for mi, mode := range []string{"exactly_once", "at_least_once"} {
-			t.Run(sc.name+"/"+mode, func(t *testing.T) {
-				t.Parallel()
-				n := sc.records
-				if testing.Short() {
-					n = sc.shortRecords
-				}
-				rng := rand.New(rand.NewPCG(seed, uint64(si*2+mi)))
-				runCrashScenario(t, sc, mode, n, kills, rng)
-			})
+			run(sc.name+"/"+mode, sc, mode, si*2+mi)
 		}
 		// Incremental checkpoints, retaining one: a restore reads a chain
 		// of deltas, whose bases retention must keep.
 		inc := sc
 		inc.incremental = true
-		t.Run(sc.name+"/exactly_once/incremental", func(t *testing.T) {
-			t.Parallel()
-			n := inc.records
-			if testing.Short() {
-				n = inc.shortRecords
-			}
-			rng := rand.New(rand.NewPCG(seed, uint64(300+si)))
-			runCrashScenario(t, inc, "exactly_once", n, kills, rng)
-		})
+		run(sc.name+"/exactly_once/incremental", inc, "exactly_once", 300+si)
 	}
 	// The same with the bbolt backend, with caches smaller than the keys of
 	// a subtask (1000 ids for dedupe, 13 keys for window, the aggregate's
@@ -166,28 +162,11 @@ func TestCrashRecovery(t *testing.T) {
 	for si, sc := range crashScenarios() {
 		sc.state = fmt.Sprintf("state:\n  backend: bbolt\n  cache_entries: %d\n", cache[sc.name])
 		for mi, mode := range []string{"exactly_once", "at_least_once"} {
-			t.Run(sc.name+"/"+mode+"/bbolt", func(t *testing.T) {
-				t.Parallel()
-				n := sc.records
-				if testing.Short() {
-					n = sc.shortRecords
-				}
-				rng := rand.New(rand.NewPCG(seed, uint64(100+si*2+mi)))
-				runCrashScenario(t, sc, mode, n, kills, rng)
-			})
+			run(sc.name+"/"+mode+"/bbolt", sc, mode, 100+si*2+mi)
 		}
-		// And with incremental checkpoints.
-		inc := sc // the subtests above run later, with sc as it is now
+		inc := sc
 		inc.incremental = true
-		t.Run(sc.name+"/exactly_once/bbolt-incremental", func(t *testing.T) {
-			t.Parallel()
-			n := inc.records
-			if testing.Short() {
-				n = inc.shortRecords
-			}
-			rng := rand.New(rand.NewPCG(seed, uint64(200+si)))
-			runCrashScenario(t, inc, "exactly_once", n, kills, rng)
-		})
+		run(sc.name+"/exactly_once/bbolt-incremental", inc, "exactly_once", 200+si)
 	}
 }
 
