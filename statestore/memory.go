@@ -48,7 +48,7 @@ type Memory struct {
 	incremental bool
 	layout      uint64 // bumped when states change otherwise than by writes
 	chain       deltaChain
-	lostChanges bool // deletions since the last snapshot were not all logged
+	lostChanges bool // the deletion log overflowed and was dropped: the next checkpoint snapshot is full
 }
 
 // registered is a registered state: its table and the handle Register* returned.
