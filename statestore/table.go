@@ -650,10 +650,11 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	// The entries with their keys, so that each is looked up once.
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
-		if d != nil && e.mod <= d.since {
-			continue
-		}
 		byKey = append(byKey, keyedEntry[S]{k, e})
+	}
+	if d != nil {
+		// A loop of its own: the entries' reads overlap.
+		byKey = slices.DeleteFunc(byKey, func(ke keyedEntry[S]) bool { return ke.e.mod <= d.since })
 	}
 	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
 	f.byKey = byKey
