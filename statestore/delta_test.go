@@ -341,6 +341,37 @@ func TestIncrementalDeletionsAndNewStates(t *testing.T) {
 	})
 }
 
+// A chain of either backend, merged, restores into the other backend: the
+// state the other then snapshots is the one the chain was taken from.
+func TestIncrementalChainRestoresIntoTheOtherBackend(t *testing.T) {
+	forEachIncremental(t, func(t *testing.T, o *opener, b statestore.IncrementalBackend) {
+		f := newIncrementalFixture(t, b)
+		require.Zero(t, f.checkpoint(1, true))
+		f.val.Put("k3", "", -3)
+		f.val.Clear("k4", "")
+		require.Equal(t, int64(1), f.checkpoint(2, true))
+		want := writeSnapshot(t, b)
+		merged, err := statestore.MergeChain([][]byte{f.parts[1], f.parts[2]})
+		require.NoError(t, err)
+
+		opts := statestore.Options{KeyGroup: o.keyGroup, KeyGroups: [2]int{0, o.maxPar}, Clock: o.clock.Now}
+		var other statestore.Backend
+		if _, ok := b.(*statestore.Memory); ok {
+			other = openBolt(t, opts, 0)
+		} else {
+			other, err = statestore.NewMemory(opts)
+			require.NoError(t, err)
+			defer other.Close()
+		}
+		var blobs [][]byte
+		require.NoError(t, statestore.SplitBlobs(merged, func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
+		require.NoError(t, other.Restore(blobs...))
+		_, err = statestore.RegisterValue(other, statestore.ValueDescriptor[int64]{Name: "val"})
+		require.NoError(t, err)
+		require.Equal(t, want, writeSnapshot(t, other))
+	})
+}
+
 // Deltas build on the last completed checkpoint, however many fail after
 // it; the 65th checkpoint since the last completion is full (the backend
 // keeps at most 64 change sets), and deltas build on it once it completes.
