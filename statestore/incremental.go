@@ -84,7 +84,8 @@ func (c *deltaChain) forget() { c.base, c.records = nil, nil }
 // complete makes the snapshot of checkpoint id the base and returns it;
 // nil when no remembered snapshot is id's, or when the base is newer.
 // The records up to id are dropped: those older can no longer complete
-// after it (a checkpoint completes after the ones before it, or never).
+// (the coordinator subsumes the checkpoints still in flight when a newer
+// one completes).
 func (c *deltaChain) complete(id int64) *snapRecord {
 	i := slices.IndexFunc(c.records, func(r *snapRecord) bool { return r.id == id })
 	if i < 0 {
