@@ -210,9 +210,11 @@ type Snapshot interface {
 }
 
 // IncrementalBackend is a backend whose checkpoint snapshots can be deltas
-// on the snapshot of the last checkpoint that completed (the bbolt backend
-// with BoltOptions.Incremental; docs/state.md, "Incremental checkpoints").
-// Both methods run on the task goroutine.
+// on the snapshot of the last checkpoint that completed (both backends,
+// with Options.Incremental; docs/state.md, "Incremental checkpoints").
+// Without Options.Incremental, SnapshotCheckpoint is Snapshot and
+// CheckpointCompleted does nothing. Both methods run on the task
+// goroutine.
 type IncrementalBackend interface {
 	Backend
 	// SnapshotCheckpoint is Snapshot for checkpoint id. The snapshot is a
