@@ -53,25 +53,21 @@ func (b *Bolt) SnapshotCheckpoint(id int64) (Snapshot, error) {
 		b.chain.forget()
 		b.changes = nil
 	}
-	rec := b.chain.take(id, b.seq, b.layout, len(b.pending) > 0)
-	var since [][][]string // per table, the change sets after the base
-	if rec.base != nil {
-		since = make([][][]string, len(b.tables))
-		for _, set := range b.changes {
-			if set.seq <= rec.base.seq {
-				continue
-			}
-			for i, keys := range set.keys {
-				since[i] = append(since[i], keys)
+	return b.chain.snapshot(id, b.seq, b.layout, len(b.pending) > 0, func(rec *snapRecord) (Snapshot, error) {
+		var since [][][]string // per table, the change sets after the base
+		if rec.base != nil {
+			since = make([][][]string, len(b.tables))
+			for _, set := range b.changes {
+				if set.seq <= rec.base.seq {
+					continue
+				}
+				for i, keys := range set.keys {
+					since[i] = append(since[i], keys)
+				}
 			}
 		}
-	}
-	out, err := b.snapshot(rec, since)
-	if err != nil {
-		return nil, err
-	}
-	b.chain.add(rec)
-	return out, nil
+		return b.snapshot(rec, since)
+	})
 }
 
 // CheckpointCompleted implements IncrementalBackend: the snapshot of

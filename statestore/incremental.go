@@ -63,20 +63,23 @@ type deltaChain struct {
 	records []*snapRecord // checkpoint snapshots not completed yet
 }
 
-// take returns the record of checkpoint id's snapshot, taken at sequence
-// seq with the states' layout: a delta on the base when one is allowed.
-// pending tells that restored states wait to be registered. The snapshot
-// is remembered with add once it is taken.
-func (c *deltaChain) take(id int64, seq, layout uint64, pending bool) *snapRecord {
+// snapshot takes checkpoint id's snapshot with take, given its record:
+// taken at sequence seq with the states' layout, a delta on the base
+// (rec.base) when one is allowed. pending tells that restored states wait
+// to be registered. The record is remembered once take succeeds.
+func (c *deltaChain) snapshot(id int64, seq, layout uint64, pending bool, take func(rec *snapRecord) (Snapshot, error)) (Snapshot, error) {
 	rec := &snapRecord{id: id, seq: seq, layout: layout}
 	if base := c.base; base != nil && base.layout == layout && !pending &&
 		base.chain < maxDeltaChain && base.deltaBytes < base.fullBytes {
 		rec.base, rec.baseID = base, base.id
 	}
-	return rec
+	s, err := take(rec)
+	if err != nil {
+		return nil, err
+	}
+	c.records = append(c.records, rec)
+	return s, nil
 }
-
-func (c *deltaChain) add(rec *snapRecord) { c.records = append(c.records, rec) }
 
 // forget drops the base and every record: the next snapshots are full.
 func (c *deltaChain) forget() { c.base, c.records = nil, nil }

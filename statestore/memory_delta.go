@@ -84,13 +84,9 @@ func (m *Memory) SnapshotCheckpoint(id int64) (Snapshot, error) {
 		}
 		m.lostChanges = false
 	}
-	rec := m.chain.take(id, m.gen, m.layout, len(m.pending) > 0)
-	s, err := m.snapshot(rec)
-	if err != nil {
-		return nil, err
-	}
-	m.chain.add(rec)
-	return s, nil
+	return m.chain.snapshot(id, m.gen, m.layout, len(m.pending) > 0, func(rec *snapRecord) (Snapshot, error) {
+		return m.snapshot(rec)
+	})
 }
 
 // CheckpointCompleted implements IncrementalBackend: the snapshot of
