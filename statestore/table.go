@@ -613,6 +613,35 @@ func touchEntries[S any](batch []keyedEntry[S], prefetch bool) uint64 {
 type keyedEntry[S any] struct {
 	key string
 	e   *keyEntry[S]
+	pre uint64 // keyPrefix(key)
+}
+
+// keyPrefix returns the first 8 bytes of key as a big-endian number, zeros
+// after a shorter key's end: a < b when keyPrefix(a) < keyPrefix(b). The
+// sort of a key group's entries compares them and only reads the keys
+// themselves (a cache miss each) when they are equal.
+func keyPrefix(key string) uint64 {
+	if len(key) >= 8 {
+		_ = key[7]
+		return uint64(key[0])<<56 | uint64(key[1])<<48 | uint64(key[2])<<40 | uint64(key[3])<<32 |
+			uint64(key[4])<<24 | uint64(key[5])<<16 | uint64(key[6])<<8 | uint64(key[7])
+	}
+	var p uint64
+	for i := range len(key) {
+		p |= uint64(key[i]) << (56 - 8*i)
+	}
+	return p
+}
+
+// compareKeyed orders entries by key.
+func compareKeyed[S any](a, b keyedEntry[S]) int {
+	if a.pre != b.pre {
+		if a.pre < b.pre {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.key, b.key)
 }
 
 func (f *frozenTable[S]) name() string { return f.spec.name }
@@ -650,13 +679,16 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	// The entries with their keys, so that each is looked up once.
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
-		byKey = append(byKey, keyedEntry[S]{k, e})
+		byKey = append(byKey, keyedEntry[S]{k, e, 0})
 	}
 	if d != nil {
 		// A loop of its own: the entries' reads overlap.
 		byKey = slices.DeleteFunc(byKey, func(ke keyedEntry[S]) bool { return ke.e.mod <= d.since })
 	}
-	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
+	for i := range byKey {
+		byKey[i].pre = keyPrefix(byKey[i].key)
+	}
+	slices.SortFunc(byKey, compareKeyed[S])
 	f.byKey = byKey
 	var tombs []deletion
 	if d != nil {

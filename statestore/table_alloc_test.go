@@ -3,6 +3,8 @@ package statestore
 import (
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -182,4 +184,26 @@ func TestEntryMovesOutOfOne(t *testing.T) {
 	require.Nil(t, e.one[0].v)
 	require.Same(t, &a, e.items[e.find("a")].v)
 	require.Same(t, &b, e.items[e.find("b")].v)
+}
+
+// TestKeyPrefixOrder: the encoder's sort by key prefix, then key, orders
+// keys as bytes do, for keys shorter and longer than the prefix, with zero
+// and 0xff bytes, and keys that are prefixes of each other.
+func TestKeyPrefixOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{0, 1, 'a', 0xff}
+	key := func() string {
+		b := make([]byte, r.IntN(13))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	sign := func(c int) int { return min(max(c, -1), 1) }
+	for range 200_000 {
+		a, b := key(), key()
+		ka := keyedEntry[int]{key: a, pre: keyPrefix(a)}
+		kb := keyedEntry[int]{key: b, pre: keyPrefix(b)}
+		require.Equal(t, strings.Compare(a, b), sign(compareKeyed(ka, kb)), "%q against %q", a, b)
+	}
 }
