@@ -1,6 +1,7 @@
 package statestore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -568,5 +569,46 @@ func BenchmarkRestore(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// BenchmarkMergeChain is the merge of an incremental chain that a restore
+// from a delta part runs (Checkpoint.Get): the window state of
+// BenchmarkRestore as a whole part, and a delta on it in which a tenth of
+// the keys changed. MB/s is bytes of the chain per second.
+//
+//	go test -run XXX -bench MergeChain -benchmem ./statestore/
+func BenchmarkMergeChain(b *testing.B) {
+	const nKeys = 64 << 10
+	m, err := statestore.NewMemory(statestore.Options{KeyGroup: func(k string) int { return keyGroupOf(k, benchMaxPar) }, KeyGroups: [2]int{0, benchMaxPar}, Incremental: true})
+	require.NoError(b, err)
+	defer m.Close()
+	ns := fillWindowState(b, m, nKeys)
+	acc, err := statestore.RegisterAggregating(m, benchBoxDescriptor())
+	require.NoError(b, err)
+	var parts [][]byte
+	size := 0
+	for id := int64(1); id <= 2; id++ {
+		if id == 2 {
+			for _, k := range intKeys(nKeys)[:nKeys/10] {
+				acc.Add(k, ns, "changed")
+			}
+		}
+		snap, err := m.SnapshotCheckpoint(id)
+		require.NoError(b, err)
+		var buf bytes.Buffer
+		_, err = snap.WriteAndRelease(&buf)
+		require.NoError(b, err)
+		parts = append(parts, buf.Bytes())
+		size += buf.Len()
+		m.CheckpointCompleted(id)
+	}
+	require.Less(b, len(parts[1]), len(parts[0])/5, "the second part is a delta")
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := statestore.MergeChain(parts); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

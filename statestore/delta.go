@@ -127,9 +127,10 @@ func mergeGroup(dst []byte, kg int, blobs [][]byte) ([]byte, error) {
 		if want := deltaFlag(i > 0); flags != want {
 			return dst, fmt.Errorf("%w: part %d of the chain has blob flags %#x, expected %#x", ErrCorrupt, i+1, flags, want)
 		}
+		// Keys alias the blobs, which outlive the merge: it copies them.
 		var p wirePayload
-		if err := decMode.Unmarshal(payload, &p); err != nil {
-			return dst, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		if err := decodePayload(payload, &p, true); err != nil {
+			return dst, err
 		}
 		timers = p.Timers
 		for _, ws := range p.States {

@@ -67,12 +67,14 @@ func init() {
 
 // CBOR major types.
 const (
-	majorUint  = 0
-	majorNeg   = 1
-	majorBytes = 2
-	majorText  = 3
-	majorArray = 4
-	majorMap   = 5
+	majorUint   = 0
+	majorNeg    = 1
+	majorBytes  = 2
+	majorText   = 3
+	majorArray  = 4
+	majorMap    = 5
+	majorTag    = 6
+	majorSimple = 7
 )
 
 // encoder holds the scratch state of one Snapshot's encoding. Blobs are
@@ -335,8 +337,10 @@ func SplitBlobs(stream []byte, fn func(group int, blob []byte) error) error {
 	return nil
 }
 
-// The payload as the decoder reads it; values stay raw CBOR until the
-// state's Go type is known.
+// The payload as the decoder reads it (decodePayload); values stay raw
+// CBOR until the state's Go type is known. The struct tags describe the
+// same layout to the CBOR library, which the tests compare decodePayload
+// with.
 type wirePayload struct {
 	States []wireState  `cbor:"1,keyasint"`
 	Timers []wireTimers `cbor:"2,keyasint"`
@@ -423,8 +427,8 @@ func decodeBlob(bi int, blob []byte, start, end int, keyGroup KeyGroupFunc) (dec
 		return decodedBlob{}, fmt.Errorf("restore blob %d: %w: key group %d, the backend holds [%d, %d)", bi, ErrKeyGroupRange, kg, start, end)
 	}
 	var p wirePayload
-	if err := decMode.Unmarshal(payload, &p); err != nil {
-		return decodedBlob{}, fmt.Errorf("restore key group %d: %w: %v", kg, ErrCorrupt, err)
+	if err := decodePayload(payload, &p, false); err != nil {
+		return decodedBlob{}, fmt.Errorf("restore key group %d: %w", kg, err)
 	}
 	for _, ws := range p.States {
 		if ws.Name == "" || !ws.Kind.valid() {

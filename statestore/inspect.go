@@ -264,8 +264,8 @@ func InspectState(stream []byte) ([]InspectedKeyGroup, error) {
 			return err
 		}
 		var p wirePayload
-		if err := decMode.Unmarshal(payload, &p); err != nil {
-			return fmt.Errorf("key group %d: %w: %v", kg, ErrCorrupt, err)
+		if err := decodePayload(payload, &p, false); err != nil {
+			return fmt.Errorf("key group %d: %w", kg, err)
 		}
 		g := InspectedKeyGroup{KeyGroup: kg}
 		for _, ws := range p.States {
