@@ -67,19 +67,18 @@ func mergeChain(parts [][]byte) ([]byte, error) {
 		}
 	}
 	slices.Sort(groups)
-	// Key groups merge on their own: on several goroutines (decoding is
-	// most of the work), then back to back in key-group order.
-	merged := make([][]byte, len(groups))
+	// Key groups merge on their own, on several goroutines: each is
+	// decoded and merged, which tells its merged size, then encoded
+	// straight into its place in the result.
+	merged := make([]mergedGroup, len(groups))
 	err := forEachParallel(len(groups), func(i int) error {
 		kg := groups[i]
 		blobs := make([][]byte, len(parts))
-		size := 0
 		for j := range parts {
 			blobs[j] = split[j][kg]
-			size += len(blobs[j])
 		}
 		var err error
-		if merged[i], err = mergeGroup(make([]byte, 0, size), kg, blobs); err != nil {
+		if merged[i], err = mergeGroup(kg, blobs); err != nil {
 			return fmt.Errorf("merge incremental chain: key group %d: %w", kg, err)
 		}
 		return nil
@@ -87,13 +86,21 @@ func mergeChain(parts [][]byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := 0
-	for _, m := range merged {
-		size += len(m)
+	offsets := make([]int, len(merged)+1)
+	for i := range merged {
+		offsets[i+1] = offsets[i] + merged[i].size
 	}
-	out := make([]byte, 0, size)
-	for _, m := range merged {
-		out = append(out, m...)
+	out := make([]byte, offsets[len(merged)])
+	err = forEachParallel(len(merged), func(i int) error {
+		at := out[offsets[i]:offsets[i]:offsets[i+1]]
+		if b := merged[i].appendTo(at); len(b) != merged[i].size {
+			return fmt.Errorf("merge incremental chain: key group %d: encoded %d bytes, %d expected", merged[i].kg, len(b), merged[i].size)
+		}
+		merged[i] = mergedGroup{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -105,62 +112,113 @@ type mergedState struct {
 	entries []wireEntry // sorted by (key, namespace)
 }
 
-// mergeGroup appends the merged blob of key group kg to dst: blobs[i] is
-// its blob in part i of the chain, nil where the part has none.
-func mergeGroup(dst []byte, kg int, blobs [][]byte) ([]byte, error) {
-	var states []mergedState
-	var timers []wireTimers
+// mergedGroup is a key group's state and timers merged from a chain, and
+// the size of its blob; its keys and values point into the chain's parts.
+type mergedGroup struct {
+	kg     int
+	states []mergedState
+	timers []wireTimers
+	size   int // of the blob that appendTo appends; 0: none
+}
+
+// mergeGroup merges key group kg: blobs[i] is its blob in part i of the
+// chain, nil where the part has none.
+func mergeGroup(kg int, blobs [][]byte) (mergedGroup, error) {
+	g := mergedGroup{kg: kg}
 	for i, blob := range blobs {
 		if blob == nil {
 			if i > 0 {
-				timers = nil // no blob in a delta part: no timers
+				g.timers = nil // no blob in a delta part: no timers
 			}
 			continue
 		}
 		got, flags, payload, err := parseBlobFrame(blob)
 		if err != nil {
-			return dst, err
+			return g, err
 		}
 		if got != kg {
-			return dst, fmt.Errorf("%w: blob of key group %d", ErrCorrupt, got)
+			return g, fmt.Errorf("%w: blob of key group %d", ErrCorrupt, got)
 		}
 		if want := deltaFlag(i > 0); flags != want {
-			return dst, fmt.Errorf("%w: part %d of the chain has blob flags %#x, expected %#x", ErrCorrupt, i+1, flags, want)
+			return g, fmt.Errorf("%w: part %d of the chain has blob flags %#x, expected %#x", ErrCorrupt, i+1, flags, want)
 		}
 		// Keys alias the blobs, which outlive the merge: it copies them.
 		var p wirePayload
 		if err := decodePayload(payload, &p, true); err != nil {
-			return dst, err
+			return g, err
 		}
-		timers = p.Timers
+		g.timers = p.Timers
 		for _, ws := range p.States {
-			j, found := slices.BinarySearchFunc(states, ws.Name, func(m mergedState, name string) int { return cmpString(m.name, name) })
+			j, found := slices.BinarySearchFunc(g.states, ws.Name, func(m mergedState, name string) int { return cmpString(m.name, name) })
 			if !found {
-				states = slices.Insert(states, j, mergedState{name: ws.Name, kind: ws.Kind})
-			} else if states[j].kind != ws.Kind {
-				return dst, fmt.Errorf("%w: state %q is %s in part %d of the chain, %s before", ErrCorrupt, ws.Name, ws.Kind, i+1, states[j].kind)
+				g.states = slices.Insert(g.states, j, mergedState{name: ws.Name, kind: ws.Kind})
+			} else if g.states[j].kind != ws.Kind {
+				return g, fmt.Errorf("%w: state %q is %s in part %d of the chain, %s before", ErrCorrupt, ws.Name, ws.Kind, i+1, g.states[j].kind)
 			}
 			if i == 0 {
-				states[j].entries = ws.Entries
+				g.states[j].entries = ws.Entries
 				continue
 			}
-			if states[j].entries, err = applyDelta(states[j].entries, ws.Entries); err != nil {
-				return dst, fmt.Errorf("state %q in part %d of the chain: %w", ws.Name, i+1, err)
+			if g.states[j].entries, err = applyDelta(g.states[j].entries, ws.Entries); err != nil {
+				return g, fmt.Errorf("state %q in part %d of the chain: %w", ws.Name, i+1, err)
 			}
 		}
 	}
-	start := len(dst)
-	dst = beginBlob(dst, kg)
-	dst = AppendCBORHead(dst, majorMap, 2)
-	dst = AppendCBORHead(dst, majorUint, 1)
+	g.size = g.encodedSize()
+	return g, nil
+}
+
+// nonEmpty returns the number of states with entries, which the blob holds.
+func (g *mergedGroup) nonEmpty() int {
 	n := 0
-	for _, st := range states {
+	for _, st := range g.states {
 		if len(st.entries) > 0 {
 			n++
 		}
 	}
+	return n
+}
+
+// encodedSize returns the size of the blob appendTo appends, which it
+// mirrors.
+func (g *mergedGroup) encodedSize() int {
+	n := g.nonEmpty()
+	if n == 0 && len(g.timers) == 0 {
+		return 0
+	}
+	size := blobHeaderSize + 2 + headSize(uint64(n)) + 1 + headSize(uint64(len(g.timers))) + blobTrailer
+	for _, st := range g.states {
+		if len(st.entries) == 0 {
+			continue
+		}
+		size += 1 + textSize(st.name) + headSize(uint64(st.kind)) + headSize(uint64(len(st.entries)))
+		for i := range st.entries {
+			e := &st.entries[i]
+			size += 1 + textSize(e.Key) + textSize(e.NS) + intSize(e.TS) + len(e.Value)
+		}
+	}
+	for _, wt := range g.timers {
+		size += 1 + textSize(wt.Name) + headSize(uint64(len(wt.Timers)))
+		for i := range wt.Timers {
+			t := &wt.Timers[i]
+			size += 1 + headSize(uint64(t.Domain)) + intSize(t.TS) + textSize(t.Key) + textSize(t.NS)
+		}
+	}
+	return size
+}
+
+// appendTo appends the merged blob to dst: what a full snapshot writes.
+func (g *mergedGroup) appendTo(dst []byte) []byte {
+	n := g.nonEmpty()
+	if n == 0 && len(g.timers) == 0 {
+		return dst
+	}
+	start := len(dst)
+	dst = beginBlob(dst, g.kg)
+	dst = AppendCBORHead(dst, majorMap, 2)
+	dst = AppendCBORHead(dst, majorUint, 1)
 	dst = AppendCBORHead(dst, majorArray, uint64(n))
-	for _, st := range states {
+	for _, st := range g.states {
 		if len(st.entries) == 0 {
 			continue
 		}
@@ -173,8 +231,8 @@ func mergeGroup(dst []byte, kg int, blobs [][]byte) ([]byte, error) {
 		}
 	}
 	dst = AppendCBORHead(dst, majorUint, 2)
-	dst = AppendCBORHead(dst, majorArray, uint64(len(timers)))
-	for _, wt := range timers {
+	dst = AppendCBORHead(dst, majorArray, uint64(len(g.timers)))
+	for _, wt := range g.timers {
 		dst = AppendCBORHead(dst, majorArray, 2)
 		dst = appendText(dst, wt.Name)
 		dst = AppendCBORHead(dst, majorArray, uint64(len(wt.Timers)))
@@ -186,11 +244,8 @@ func mergeGroup(dst []byte, kg int, blobs [][]byte) ([]byte, error) {
 			dst = appendText(dst, t.NS)
 		}
 	}
-	if n == 0 && len(timers) == 0 {
-		return dst[:start], nil
-	}
 	dst, _ = endBlob(dst, start)
-	return dst, nil
+	return dst
 }
 
 func deltaFlag(delta bool) byte {

@@ -112,6 +112,32 @@ func AppendCBORInt(dst []byte, v int64) []byte {
 	return AppendCBORHead(dst, 0, uint64(v))
 }
 
+// headSize returns the size of the head AppendCBORHead appends for n.
+func headSize(n uint64) int {
+	switch {
+	case n < 24:
+		return 1
+	case n <= math.MaxUint8:
+		return 2
+	case n <= math.MaxUint16:
+		return 3
+	case n <= math.MaxUint32:
+		return 5
+	}
+	return 9
+}
+
+// intSize returns the size of what AppendCBORInt appends for v.
+func intSize(v int64) int {
+	if v < 0 {
+		return headSize(uint64(^v))
+	}
+	return headSize(uint64(v))
+}
+
+// textSize returns the size of what appendText appends for s.
+func textSize(s string) int { return headSize(uint64(len(s))) + len(s) }
+
 func appendText(dst []byte, s string) []byte {
 	return append(AppendCBORHead(dst, majorText, uint64(len(s))), s...)
 }

@@ -215,3 +215,19 @@ func FuzzDecodePayload(f *testing.F) {
 		requireSamePayload(t, want, got, "")
 	})
 }
+
+// TestHeadSizes: the sizes a merge computes are those of what the encoder
+// appends, at every boundary of the head's forms.
+func TestHeadSizes(t *testing.T) {
+	for _, n := range []uint64{0, 23, 24, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, 1<<64 - 1} {
+		require.Len(t, AppendCBORHead(nil, majorArray, n), headSize(n), "%d", n)
+		if n <= 1<<63-1 {
+			v := int64(n)
+			require.Len(t, AppendCBORInt(nil, v), intSize(v), "%d", v)
+			require.Len(t, AppendCBORInt(nil, -v-1), intSize(-v-1), "%d", -v-1)
+		}
+	}
+	for _, s := range []string{"", "k", string(make([]byte, 300))} {
+		require.Len(t, appendText(nil, s), textSize(s))
+	}
+}
