@@ -30,8 +30,10 @@ import (
 //     while a snapshot is written on another goroutine (WriteTo and then
 //     Release, or WriteAndRelease, which lets go of each key group once it
 //     is written, so that its updates stop copying), per update;
-//   - restore-bbolt: restoring a snapshot into a new bbolt backend and
-//     opening a window operator on it, which registers (adopts) the state.
+//   - restore-memory, restore-bbolt: restoring a snapshot into a new
+//     backend and opening a window operator on it, which registers
+//     (adopts) the state: the memory backend decodes every accumulator
+//     then, the bbolt backend checks each (CheckCBOR).
 //
 // 200,000 keys (about 200 MiB); EDDY_BENCH_LARGE=1: 1,000,000 (1 GiB).
 //
@@ -205,45 +207,52 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(updated*keys), "ns/update")
 		})
 	}
-	b.Run("restore-bbolt", func(b *testing.B) {
-		s, err := backend.Snapshot()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var stream bytes.Buffer
-		if _, err := s.WriteAndRelease(&stream); err != nil {
-			b.Fatal(err)
-		}
-		var blobs [][]byte
-		if err := statestore.SplitBlobs(stream.Bytes(), func(_ int, blob []byte) error {
-			blobs = append(blobs, blob)
-			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			bb, err := statestore.NewBolt(statestore.BoltOptions{Options: statestore.Options{
-				KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128},
-			}, Dir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
+	s, err := backend.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := s.WriteAndRelease(&stream); err != nil {
+		b.Fatal(err)
+	}
+	var blobs [][]byte
+	if err := statestore.SplitBlobs(stream.Bytes(), func(_ int, blob []byte) error {
+		blobs = append(blobs, blob)
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	opts := statestore.Options{KeyGroup: func(key string) int { return pipeline.KeyGroup(key, 128) }, KeyGroups: [2]int{0, 128}}
+	for _, name := range []string{"memory", "bbolt"} {
+		b.Run("restore-"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				var be statestore.Backend
+				var err error
+				if name == "memory" {
+					be, err = statestore.NewMemory(opts)
+				} else {
+					be, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: b.TempDir()})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := be.Restore(blobs...); err != nil {
+					b.Fatal(err)
+				}
+				op := openWindowOn(b, body, be)
+				b.StopTimer()
+				if err := op.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if err := be.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
-			b.StartTimer()
-			if err := bb.Restore(blobs...); err != nil {
-				b.Fatal(err)
-			}
-			op := openWindowOn(b, body, bb)
-			b.StopTimer()
-			if err := op.Close(); err != nil {
-				b.Fatal(err)
-			}
-			if err := bb.Close(); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		perKey(b)
-	})
+			perKey(b)
+		})
+	}
 }

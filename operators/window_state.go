@@ -3,6 +3,7 @@ package operators
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -93,7 +94,8 @@ type accBox struct {
 	maxTime int64
 }
 
-// boxWire is accBox's snapshot encoding: [row, maxTime].
+// boxWire is accBox's snapshot encoding: [row, maxTime] (decodeBox reads
+// it).
 type boxWire struct {
 	_       struct{} `cbor:",toarray"`
 	Row     cbor.RawMessage
@@ -137,38 +139,51 @@ func (b *accBox) Prefetch() uint64 {
 
 var _ statestore.Prefetcher = (*accBox)(nil)
 
-// UnmarshalCBOR keeps the row's encoding for windowOp.rowOf.
+// UnmarshalCBOR keeps the row's encoding, a copy, for windowOp.rowOf.
 func (b *accBox) UnmarshalCBOR(data []byte) error {
-	var w boxWire
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return fmt.Errorf("window accumulator: %w", err)
+	row, maxTime, err := decodeBox(data)
+	if err != nil {
+		return err
 	}
-	b.row, b.raw, b.maxTime = nil, w.Row, w.MaxTime
+	b.row, b.raw, b.maxTime = nil, slices.Clone(row), maxTime
 	return nil
 }
-
-// boxCheck is boxWire with a row that is checked, not copied.
-type boxCheck struct {
-	_       struct{} `cbor:",toarray"`
-	Row     anyItem
-	MaxTime int64
-}
-
-// anyItem accepts any well-formed CBOR data item, as cbor.RawMessage
-// does, without keeping it.
-type anyItem struct{}
-
-func (*anyItem) UnmarshalCBOR([]byte) error { return nil }
 
 // CheckCBOR fails exactly when UnmarshalCBOR fails, without copying the
 // row (statestore.CBORChecker): the bbolt backend checks every restored
 // accumulator with it.
 func (*accBox) CheckCBOR(data []byte) error {
-	var w boxCheck
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return fmt.Errorf("window accumulator: %w", err)
+	_, _, err := decodeBox(data)
+	return err
+}
+
+// decodeBox reads boxWire's encoding, as AppendCBOR writes it: an array
+// of two items, any well-formed data item (the row, returned as it is,
+// decoded later by the step's specs) and an integer. By hand: a restore
+// decodes one box per key and window. The row may hold any number of
+// values (collect, count_distinct), as the snapshot's payload may.
+func decodeBox(data []byte) (row []byte, maxTime int64, err error) {
+	fail := func(format string, args ...any) ([]byte, int64, error) {
+		return nil, 0, fmt.Errorf("window accumulator: "+format, args...)
 	}
-	return nil
+	if len(data) == 0 || data[0] != 0x82 {
+		return fail("not an array of two items")
+	}
+	row, rest, err := statestore.SplitCBORItem(data[1:])
+	if err != nil {
+		return fail("row: %w", err)
+	}
+	item, rest, err := statestore.SplitCBORItem(rest)
+	if err != nil {
+		return fail("max time: %w", err)
+	}
+	if len(rest) > 0 {
+		return fail("%d bytes after the accumulator", len(rest))
+	}
+	if maxTime, ok := statestore.DecodeCBORInt(item); ok {
+		return row, maxTime, nil
+	}
+	return fail("max time is not a 64-bit integer")
 }
 
 // addIn is the input of the AggregatingState's Add: a record, and what the

@@ -8,6 +8,8 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
 )
 
 // accBox's one-pass encoding (MarshalCBOR, and AppendCBOR after what the
@@ -85,4 +87,28 @@ func TestAccBoxCheckCBOR(t *testing.T) {
 	}
 	require.Greater(t, accepted, 100)
 	require.Greater(t, rejected, 100)
+}
+
+// TestWindowRestoresLargeAccumulators: a window accumulator that holds more
+// values than the cbor package's default limits (131,072 array elements or
+// map pairs, which the accumulator's decoding once used) restores, and its
+// window fires with every value: collect and count_distinct.
+func TestWindowRestoresLargeAccumulators(t *testing.T) {
+	step := stepYAML("key_by: id\n    window: {type: tumbling, size: 1h}\n    aggregate: {xs: collect(x), d: count_distinct(x)}")
+	h := newKeyedHarness(t, step)
+	const n = 140_000
+	recs := make([]pipeline.Record, n)
+	for i := range recs {
+		recs[i] = h.rec(1000, fields{"id": "a", "x": i})
+	}
+	h.mustProcess(recs...)
+	r := newKeyedHarnessRestored(t, step, h.snapshot()...)
+	out := r.watermark(2 * 3_600_000)
+	require.Len(t, out, 1)
+	xs, ok := out[0].Fields["xs"].([]any)
+	require.True(t, ok, "xs is %T", out[0].Fields["xs"])
+	require.Len(t, xs, n)
+	require.Equal(t, 0, xs[0])
+	require.Equal(t, n-1, xs[n-1])
+	require.Equal(t, int64(n), out[0].Fields["d"])
 }

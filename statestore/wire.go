@@ -345,3 +345,27 @@ func (d *wireDecoder) timers() []wireTimers {
 	}
 	return out
 }
+
+// SplitCBORItem returns the well-formed CBOR data item that b starts with,
+// and what follows it; ErrCorrupt when b does not start with one. It
+// accepts what a snapshot's payload may hold as a value (nested at most
+// 256 levels deep, any number of elements), for the hand-written decoders
+// of values (UnmarshalCBOR, CheckCBOR) that keep part of their encoding
+// raw. Pure.
+func SplitCBORItem(b []byte) (item, rest []byte, err error) {
+	d := wireDecoder{b: b}
+	d.skip(0)
+	if d.err != nil {
+		return nil, b, fmt.Errorf("%w: %v", ErrCorrupt, d.err)
+	}
+	n := len(b) - len(d.b)
+	return b[:n:n], d.b, nil
+}
+
+// DecodeCBORInt decodes item, one CBOR integer, as an int64; false when it
+// is something else, or out of range. Pure.
+func DecodeCBORInt(item []byte) (int64, bool) {
+	d := wireDecoder{b: item}
+	v := d.int()
+	return v, d.err == nil && len(d.b) == 0
+}

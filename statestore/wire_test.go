@@ -231,3 +231,16 @@ func TestHeadSizes(t *testing.T) {
 		require.Len(t, appendText(nil, s), textSize(s))
 	}
 }
+
+// TestSplitCBORItem: an item and what follows it; a truncated or
+// malformed item is ErrCorrupt.
+func TestSplitCBORItem(t *testing.T) {
+	item, rest, err := SplitCBORItem([]byte{0x82, 0x01, 0x61, 'a', 0x07, 0x08})
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x82, 0x01, 0x61, 'a'}, item)
+	require.Equal(t, []byte{0x07, 0x08}, rest)
+	for _, bad := range [][]byte{nil, {0x82, 0x01}, {0xff}, {0x1c}, {0x9f, 0x01}} {
+		_, _, err := SplitCBORItem(bad)
+		require.ErrorIs(t, err, ErrCorrupt, "% x", bad)
+	}
+}
