@@ -234,6 +234,32 @@ func valueChecker[S any]() func(data []byte) error {
 	}
 }
 
+// valueDecoder returns how a restore decodes a value of type S from the
+// bytes a payload holds for it: one well-formed data item, as
+// decodePayload checked. With decMode; for a pointer to a type with an
+// UnmarshalCBOR (a window's accumulator), by calling it directly, which is
+// what decMode does for such an item after checking it once more and
+// finding the method by reflection. A tagged item, null or undefined go
+// through decMode, which strips or decodes them.
+func valueDecoder[S any]() func(data []byte, v *S) error {
+	t := reflect.TypeFor[S]()
+	if t.Kind() != reflect.Pointer || !t.Implements(reflect.TypeFor[cbor.Unmarshaler]()) {
+		return func(data []byte, v *S) error { return decMode.Unmarshal(data, v) }
+	}
+	elem := t.Elem()
+	return func(data []byte, v *S) error {
+		if len(data) == 0 || data[0]>>5 == majorTag || data[0] == 0xf6 || data[0] == 0xf7 {
+			return decMode.Unmarshal(data, v)
+		}
+		p := reflect.New(elem).Interface()
+		if err := p.(cbor.Unmarshaler).UnmarshalCBOR(data); err != nil {
+			return err
+		}
+		*v = p.(S)
+		return nil
+	}
+}
+
 // valueAppender returns how snapshots append a state value of type S: by
 // hand for the types that state mostly holds (the cbor package's bytes for
 // them, checked by the golden snapshot test), with the cbor package for the

@@ -522,9 +522,10 @@ type restoredSlot[S any] struct {
 // func writes them.
 func (t *table[S]) prepareRestore(gi int, entries []wireEntry, now int64) (func(), error) {
 	staged := make([]restoredSlot[S], 0, len(entries))
+	decode := valueDecoder[S]()
 	for _, we := range entries {
 		var v S
-		if err := decMode.Unmarshal(we.Value, &v); err != nil {
+		if err := decode(we.Value, &v); err != nil {
 			return nil, errIncompatibleValue(t.spec, we.Key, err)
 		}
 		ts := we.TS

@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -243,4 +244,34 @@ func TestSplitCBORItem(t *testing.T) {
 		_, _, err := SplitCBORItem(bad)
 		require.ErrorIs(t, err, ErrCorrupt, "% x", bad)
 	}
+}
+
+// unmarshalProbe records what its UnmarshalCBOR was given, and refuses 0.
+type unmarshalProbe struct{ data []byte }
+
+func (u *unmarshalProbe) UnmarshalCBOR(b []byte) error {
+	if len(b) == 1 && b[0] == 0x00 {
+		return errors.New("zero")
+	}
+	u.data = append([]byte(nil), b...)
+	return nil
+}
+
+// TestValueDecoder: calling a value's UnmarshalCBOR directly gives what
+// decMode gives, for plain, tagged, null and undefined items, and fails
+// where it fails (a restore then fails, whatever the value holds).
+func TestValueDecoder(t *testing.T) {
+	decode := valueDecoder[*unmarshalProbe]()
+	for _, in := range [][]byte{{0x01}, {0x82, 0x01, 0x61, 'a'}, {0xf6}, {0xf7}, {0xd9, 0xd9, 0xf7, 0x01}, {0xc1, 0x01}, {0x00}} {
+		var want, got *unmarshalProbe
+		werr := decMode.Unmarshal(in, &want)
+		gerr := decode(in, &got)
+		require.Equal(t, werr == nil, gerr == nil, "% x: %v against %v", in, werr, gerr)
+		if werr == nil {
+			require.Equal(t, want, got, "% x", in)
+		}
+	}
+	var n int64
+	require.NoError(t, valueDecoder[int64]()([]byte{0x18, 0x2a}, &n))
+	require.Equal(t, int64(42), n)
 }
