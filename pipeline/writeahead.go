@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -432,33 +431,11 @@ const (
 
 // readCBORHead reads a definite-length item head.
 func readCBORHead(b []byte) (major byte, n uint64, rest []byte, err error) {
-	if len(b) == 0 {
-		return 0, 0, nil, errors.New("truncated")
+	major, info, n, rest, err := statestore.ReadCBORHead(b)
+	if err == nil && info == 31 {
+		err = fmt.Errorf("unsupported CBOR head 0x%02x", b[0])
 	}
-	major, info := b[0]>>5, b[0]&31
-	size := 0
-	switch {
-	case info < 24:
-		return major, uint64(info), b[1:], nil
-	case info <= 27:
-		size = 1 << (info - 24)
-	default:
-		return 0, 0, nil, fmt.Errorf("unsupported CBOR head 0x%02x", b[0])
-	}
-	if len(b) < 1+size {
-		return 0, 0, nil, errors.New("truncated")
-	}
-	switch size {
-	case 1:
-		n = uint64(b[1])
-	case 2:
-		n = uint64(binary.BigEndian.Uint16(b[1:]))
-	case 4:
-		n = uint64(binary.BigEndian.Uint32(b[1:]))
-	default:
-		n = binary.BigEndian.Uint64(b[1:])
-	}
-	return major, n, b[1+size:], nil
+	return major, n, rest, err
 }
 
 // NormalizeDecoded turns the integers a CBOR decoder produced (int64,

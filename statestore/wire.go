@@ -65,46 +65,60 @@ func (d *wireDecoder) fail(format string, args ...any) {
 
 var errWireTruncated = errors.New("truncated")
 
-// head reads a data item's head: major type, additional info (31: of
-// indefinite length) and argument.
+// ReadCBORHead reads the head of the CBOR data item that b starts with: its
+// major type, additional info (31: of indefinite length, or a break, with
+// argument 0), argument, and the bytes after the head. It fails when b is
+// empty or ends within the head, and on reserved additional info (28–30).
+// For the hand-written decoders of snapshots, aggregate rows and
+// write-ahead committables. Pure.
+func ReadCBORHead(b []byte) (major, info byte, arg uint64, rest []byte, err error) {
+	if len(b) == 0 {
+		return 0, 0, 0, b, errWireTruncated
+	}
+	major, info = b[0]>>5, b[0]&31
+	size := 0
+	switch {
+	case info < 24:
+		return major, info, uint64(info), b[1:], nil
+	case info <= 27:
+		size = 1 << (info - 24)
+	case info == 31:
+		return major, info, 0, b[1:], nil
+	default:
+		return 0, 0, 0, b, fmt.Errorf("reserved CBOR head 0x%02x", b[0])
+	}
+	if len(b) < 1+size {
+		return 0, 0, 0, b, errWireTruncated
+	}
+	switch size {
+	case 1:
+		arg = uint64(b[1])
+	case 2:
+		arg = uint64(binary.BigEndian.Uint16(b[1:]))
+	case 4:
+		arg = uint64(binary.BigEndian.Uint32(b[1:]))
+	default:
+		arg = binary.BigEndian.Uint64(b[1:])
+	}
+	return major, info, arg, b[1+size:], nil
+}
+
+// head reads a data item's head: major type, additional info (31: a
+// string, array or map of indefinite length) and argument.
 func (d *wireDecoder) head() (major, info byte, arg uint64) {
 	if d.err != nil {
 		return 0, 0, 0
 	}
-	if len(d.b) == 0 {
-		d.err = errWireTruncated
-		return 0, 0, 0
-	}
-	major, info = d.b[0]>>5, d.b[0]&31
-	size := 0
+	major, info, arg, rest, err := ReadCBORHead(d.b)
 	switch {
-	case info < 24:
-		d.b = d.b[1:]
-		return major, info, uint64(info)
-	case info <= 27:
-		size = 1 << (info - 24)
-	case info == 31 && major >= majorBytes && major <= majorMap:
-		d.b = d.b[1:]
-		return major, info, 0
-	default:
+	case err != nil:
+		d.err = err
+		return 0, 0, 0
+	case info == 31 && (major < majorBytes || major > majorMap):
 		d.fail("malformed head 0x%02x", d.b[0])
 		return 0, 0, 0
 	}
-	if len(d.b) < 1+size {
-		d.err = errWireTruncated
-		return 0, 0, 0
-	}
-	switch size {
-	case 1:
-		arg = uint64(d.b[1])
-	case 2:
-		arg = uint64(binary.BigEndian.Uint16(d.b[1:]))
-	case 4:
-		arg = uint64(binary.BigEndian.Uint32(d.b[1:]))
-	default:
-		arg = binary.BigEndian.Uint64(d.b[1:])
-	}
-	d.b = d.b[1+size:]
+	d.b = rest
 	return major, info, arg
 }
 

@@ -244,41 +244,22 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
-// head reads an item head: its major type, additional info and argument.
+// head reads an item head of definite length: its major type, additional
+// info and argument.
 func (d *decoder) head() (major, info byte, arg uint64) {
 	if d.err != nil {
 		return 0, 0, 0
 	}
-	if len(d.b) == 0 {
-		d.err = errTruncated
-		return 0, 0, 0
-	}
-	major, info = d.b[0]>>5, d.b[0]&31
-	size := 0
+	major, info, arg, rest, err := statestore.ReadCBORHead(d.b)
 	switch {
-	case info < 24:
-		arg = uint64(info)
-	case info <= 27:
-		size = 1 << (info - 24)
-	default:
+	case err != nil:
+		d.err = err
+		return 0, 0, 0
+	case info == 31:
 		d.fail("unsupported CBOR item 0x%02x", d.b[0])
 		return 0, 0, 0
 	}
-	if len(d.b) < 1+size {
-		d.err = errTruncated
-		return 0, 0, 0
-	}
-	switch size {
-	case 1:
-		arg = uint64(d.b[1])
-	case 2:
-		arg = uint64(binary.BigEndian.Uint16(d.b[1:]))
-	case 4:
-		arg = uint64(binary.BigEndian.Uint32(d.b[1:]))
-	case 8:
-		arg = binary.BigEndian.Uint64(d.b[1:])
-	}
-	d.b = d.b[1+size:]
+	d.b = rest
 	return major, info, arg
 }
 
