@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"slices"
@@ -636,11 +637,8 @@ func keyPrefix(key string) uint64 {
 
 // compareKeyed orders entries by key.
 func compareKeyed[S any](a, b keyedEntry[S]) int {
-	if a.pre != b.pre {
-		if a.pre < b.pre {
-			return -1
-		}
-		return 1
+	if c := cmp.Compare(a.pre, b.pre); c != 0 {
+		return c
 	}
 	return strings.Compare(a.key, b.key)
 }
