@@ -184,9 +184,9 @@ func (d *wireDecoder) small() uint8 {
 	return uint8(n)
 }
 
-// str reads a text string of definite length (not checked for UTF-8:
-// keys are bytes): a copy, or with
-// alias, a string that points into the payload.
+// str reads a text string of definite length, not checked for UTF-8
+// (keys are bytes): a copy, or with alias, a string that points into the
+// payload.
 func (d *wireDecoder) str(alias bool) string {
 	major, info, n := d.head()
 	switch {
