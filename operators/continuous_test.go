@@ -32,7 +32,7 @@ type keyedHarness struct {
 	vm      pipeline.VM
 	info    pipeline.SubtaskInfo
 	metrics *pipeline.Metrics
-	backend *statestore.Memory
+	backend statestore.Backend
 	dead    *collector
 	now     int64 // the fake processing time
 	wakeAt  int64 // the operator's latest WakeAt request
@@ -45,6 +45,13 @@ func newKeyedHarness(t testing.TB, steps string) *keyedHarness {
 // newKeyedHarnessRestored restores blobs into the backend before the
 // operator opens, as the runtime does after a failure.
 func newKeyedHarnessRestored(t testing.TB, steps string, blobs ...[]byte) *keyedHarness {
+	t.Helper()
+	return newKeyedHarnessOn(t, steps, func(o statestore.Options) (statestore.Backend, error) { return statestore.NewMemory(o) }, blobs...)
+}
+
+// newKeyedHarnessOn is newKeyedHarnessRestored on the backend that open
+// returns.
+func newKeyedHarnessOn(t testing.TB, steps string, open func(statestore.Options) (statestore.Backend, error), blobs ...[]byte) *keyedHarness {
 	t.Helper()
 	spec, err := loadSteps(steps)
 	require.NoError(t, err)
@@ -60,7 +67,7 @@ func newKeyedHarnessRestored(t testing.TB, steps string, blobs ...[]byte) *keyed
 	h.keys = ks.KeyExprs()
 	h.op, err = h.step.Config.NewOperator()
 	require.NoError(t, err)
-	h.backend, err = statestore.NewMemory(statestore.Options{
+	h.backend, err = open(statestore.Options{
 		KeyGroup:  func(key string) int { return pipeline.KeyGroup(key, 128) },
 		KeyGroups: [2]int{0, 128},
 		Clock:     func() int64 { return h.now },

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // accBox's one-pass encoding (MarshalCBOR, and AppendCBOR after what the
@@ -91,8 +92,10 @@ func TestAccBoxCheckCBOR(t *testing.T) {
 
 // TestWindowRestoresLargeAccumulators: a window accumulator that holds more
 // values than the cbor package's default limits (131,072 array elements or
-// map pairs, which the accumulator's decoding once used) restores, and its
-// window fires with every value: collect and count_distinct.
+// map pairs, which the accumulator's decoding once used) restores into
+// either backend (bbolt checks each accumulator with CheckCBOR, memory
+// decodes it), and its window fires with every value: collect and
+// count_distinct.
 func TestWindowRestoresLargeAccumulators(t *testing.T) {
 	step := stepYAML("key_by: id\n    window: {type: tumbling, size: 1h}\n    aggregate: {xs: collect(x), d: count_distinct(x)}")
 	h := newKeyedHarness(t, step)
@@ -102,13 +105,23 @@ func TestWindowRestoresLargeAccumulators(t *testing.T) {
 		recs[i] = h.rec(1000, fields{"id": "a", "x": i})
 	}
 	h.mustProcess(recs...)
-	r := newKeyedHarnessRestored(t, step, h.snapshot()...)
-	out := r.watermark(2 * 3_600_000)
-	require.Len(t, out, 1)
-	xs, ok := out[0].Fields["xs"].([]any)
-	require.True(t, ok, "xs is %T", out[0].Fields["xs"])
-	require.Len(t, xs, n)
-	require.Equal(t, 0, xs[0])
-	require.Equal(t, n-1, xs[n-1])
-	require.Equal(t, int64(n), out[0].Fields["d"])
+	blobs := h.snapshot()
+	for name, open := range map[string]func(statestore.Options) (statestore.Backend, error){
+		"memory": func(o statestore.Options) (statestore.Backend, error) { return statestore.NewMemory(o) },
+		"bbolt": func(o statestore.Options) (statestore.Backend, error) {
+			return statestore.NewBolt(statestore.BoltOptions{Options: o, Dir: t.TempDir()})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newKeyedHarnessOn(t, step, open, blobs...)
+			out := r.watermark(2 * 3_600_000)
+			require.Len(t, out, 1)
+			xs, ok := out[0].Fields["xs"].([]any)
+			require.True(t, ok, "xs is %T", out[0].Fields["xs"])
+			require.Len(t, xs, n)
+			require.Equal(t, 0, xs[0])
+			require.Equal(t, n-1, xs[n-1])
+			require.Equal(t, int64(n), out[0].Fields["d"])
+		})
+	}
 }
