@@ -212,15 +212,10 @@ func TestIncrementalTimersOfUnchangedGroups(t *testing.T) {
 			}
 		}
 		var parts [][]byte
-		checkpoint := func(id int64) statestore.DeltaSnapshot {
-			s, err := b.SnapshotCheckpoint(id)
-			require.NoError(t, err)
-			var buf bytes.Buffer
-			_, err = s.WriteAndRelease(&buf)
-			require.NoError(t, err)
-			parts = append(parts, buf.Bytes())
-			b.CheckpointCompleted(id)
-			return s.(statestore.DeltaSnapshot)
+		checkpoint := func(id int64) int64 {
+			part, base := completeCheckpoint(t, b, id)
+			parts = append(parts, part)
+			return base
 		}
 		checkpoint(1)
 		for i, k := range ks {
@@ -230,11 +225,25 @@ func TestIncrementalTimersOfUnchangedGroups(t *testing.T) {
 				tm.RegisterEventTimer(k, "", 20)
 			}
 		}
-		require.Equal(t, int64(1), checkpoint(2).Base())
+		require.Equal(t, int64(1), checkpoint(2))
 		merged, err := statestore.MergeChain(parts)
 		require.NoError(t, err)
 		require.Equal(t, writeSnapshot(t, b), merged)
 	})
+}
+
+// completeCheckpoint takes checkpoint id's snapshot of b, writes it and
+// completes the checkpoint; it returns the part and the snapshot's base.
+func completeCheckpoint(t testing.TB, b statestore.IncrementalBackend, id int64) (part []byte, base int64) {
+	t.Helper()
+	s, err := b.SnapshotCheckpoint(id)
+	require.NoError(t, err)
+	base = s.(statestore.DeltaSnapshot).Base()
+	var buf bytes.Buffer
+	_, err = s.WriteAndRelease(&buf)
+	require.NoError(t, err)
+	b.CheckpointCompleted(id)
+	return buf.Bytes(), base
 }
 
 // forEachIncremental runs fn as a subtest on an incremental bbolt backend
