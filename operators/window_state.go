@@ -173,17 +173,11 @@ func decodeBox(data []byte) (row []byte, maxTime int64, err error) {
 	if err != nil {
 		return fail("row: %w", err)
 	}
-	item, rest, err := statestore.SplitCBORItem(rest)
-	if err != nil {
-		return fail("max time: %w", err)
+	maxTime, ok := statestore.DecodeCBORInt(rest)
+	if !ok {
+		return fail("the max time is not one 64-bit integer, the accumulator's last item")
 	}
-	if len(rest) > 0 {
-		return fail("%d bytes after the accumulator", len(rest))
-	}
-	if maxTime, ok := statestore.DecodeCBORInt(item); ok {
-		return row, maxTime, nil
-	}
-	return fail("max time is not a 64-bit integer")
+	return row, maxTime, nil
 }
 
 // addIn is the input of the AggregatingState's Add: a record, and what the
