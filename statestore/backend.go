@@ -247,3 +247,16 @@ type SummedWriter interface {
 	// WriteSummed writes b, whose CRC-32C (Castagnoli) is crc.
 	WriteSummed(b []byte, crc uint32) (int, error)
 }
+
+// BufferLender is a SummedWriter that lends the end of its buffer (a
+// checkpoint's PartWriter): a Snapshot's WriteTo encodes each blob into
+// Room and hands it back with WriteSummed, and the writer writes it from
+// where it lies instead of copying it into its buffer first.
+type BufferLender interface {
+	SummedWriter
+	// Room returns an empty slice with a capacity of at least n bytes at
+	// the end of the writer's buffer. A blob appended to it (within that
+	// capacity) and written next is not copied; one that outgrew it is
+	// copied as any other.
+	Room(n int) []byte
+}

@@ -43,13 +43,20 @@ const (
 // cover the file systems that refuse it.
 var useDirectIO = directIOFlag != 0
 
-// partBuffers recycles the PartWriters' buffers.
+// partBuffers recycles the PartWriters' buffers (partWriteBuffer bytes,
+// or more where Room grew one).
 var partBuffers = sync.Pool{New: func() any {
-	b := make([]byte, partWriteBuffer+directIOAlign)
-	off := (directIOAlign - int(uintptr(unsafe.Pointer(&b[0]))%directIOAlign)) % directIOAlign
-	b = b[off : off+partWriteBuffer : off+partWriteBuffer]
+	b := alignedBuffer(partWriteBuffer)
 	return &b
 }}
+
+// alignedBuffer returns an empty slice of capacity n (a multiple of
+// directIOAlign) whose first byte is aligned for direct I/O.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+directIOAlign)
+	off := (directIOAlign - int(uintptr(unsafe.Pointer(&b[0]))%directIOAlign)) % directIOAlign
+	return b[off : off : off+n]
+}
 
 // bktFiles is the bucket, in a checkpoint's bucket, naming the file of each
 // part written with Create: name → size (uint64 big-endian) ‖ file name.
@@ -207,7 +214,7 @@ func (p *PendingCheckpoint) create(part string, base int64) (*PartWriter, error)
 		w.finish(err)
 		return nil, err
 	}
-	w.buf = (*partBuffers.Get().(*[]byte))[:0]
+	w.buf = *partBuffers.Get().(*[]byte)
 	return w, nil
 }
 
@@ -254,15 +261,61 @@ func (w *PartWriter) append(b []byte) error {
 	}
 	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
 	if err == nil {
-		err = w.buffer(stored)
+		if w.lent(stored) {
+			w.buf = w.buf[:len(w.buf)+len(stored)]
+		} else {
+			err = w.buffer(stored)
+		}
 		w.stored += int64(len(stored))
 	}
 	if err != nil {
-		w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
-		return w.err
+		return w.fail(err)
 	}
 	w.n += int64(len(b))
 	return nil
+}
+
+// fail records the first failed write; every later Write returns it.
+func (w *PartWriter) fail(err error) error {
+	w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
+	return w.err
+}
+
+// Room returns an empty slice of capacity n or more at the end of the
+// writer's buffer (BufferLender): a blob appended to it and passed to
+// Write or WriteSummed next is written from there, not copied. To make
+// room it writes the buffer's whole blocks and moves the rest (less than
+// one) to its start, and grows the buffer when n is more than it holds.
+// After a failed write it returns nil, and the next Write returns the
+// error.
+func (w *PartWriter) Room(n int) []byte {
+	if w.done || w.err != nil {
+		return nil
+	}
+	if cap(w.buf)-len(w.buf) >= n {
+		return w.buf[len(w.buf):len(w.buf)]
+	}
+	if whole := len(w.buf) / directIOAlign * directIOAlign; whole > 0 {
+		if err := w.write(w.buf[:whole]); err != nil {
+			_ = w.fail(err)
+			return nil
+		}
+		w.buf = w.buf[:copy(w.buf, w.buf[whole:])]
+	}
+	if cap(w.buf)-len(w.buf) < n {
+		// Twice what is asked for: a blob that is a little larger than
+		// its estimate then still fits.
+		grown := alignedBuffer((len(w.buf) + 2*n + directIOAlign - 1) / directIOAlign * directIOAlign)
+		w.buf = append(grown, w.buf...)
+	}
+	return w.buf[len(w.buf):len(w.buf)]
+}
+
+// lent reports whether b lies at the start of the buffer's spare room,
+// where Room lent it.
+func (w *PartWriter) lent(b []byte) bool {
+	room := w.buf[len(w.buf):cap(w.buf)]
+	return len(b) > 0 && len(b) <= len(room) && unsafe.SliceData(b) == unsafe.SliceData(room)
 }
 
 // Close appends the checksum, fsyncs the file and records the part; once

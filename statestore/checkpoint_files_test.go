@@ -56,10 +56,17 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 		for off := 0; off < len(blob); off += 700 {
 			piece := blob[off:min(off+700, len(blob))]
 			write := w.Write
-			if off/700%2 == 1 {
-				// Every other piece with its checksum, as a snapshot's
-				// WriteTo hands its blobs: the part's is combined.
+			switch off / 700 % 3 {
+			case 1:
+				// With its checksum, as a snapshot's WriteTo hands its
+				// blobs: the part's is combined.
 				write = func(b []byte) (int, error) { return w.WriteSummed(b, crc32.Checksum(b, castagnoli)) }
+			case 2:
+				// Encoded into the writer's buffer, as a snapshot's WriteTo
+				// does with a BufferLender.
+				write = func(b []byte) (int, error) {
+					return w.WriteSummed(append(w.Room(len(b)), b...), crc32.Checksum(b, castagnoli))
+				}
 			}
 			if _, err := write(piece); err != nil {
 				w.Abort()
@@ -221,6 +228,22 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 					}
 					return blob, nil
 				}},
+				errs: []error{statestore.ErrCheckpointCorrupt},
+			},
+			{
+				// tryFileCheckpoint encodes every third piece into Room.
+				name: "torn write of a blob in the writer's buffer",
+				faults: statestore.CheckpointFaultFuncs{BlobFunc: func() func(int64, string, []byte) ([]byte, error) {
+					calls := 0
+					return func(id int64, part string, blob []byte) ([]byte, error) {
+						if id == 2 && part == "op/agg/1" {
+							if calls++; calls == 3 {
+								return blob[:len(blob)/2], nil
+							}
+						}
+						return blob, nil
+					}
+				}()},
 				errs: []error{statestore.ErrCheckpointCorrupt},
 			},
 			{
@@ -390,8 +413,19 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		require.NoError(t, err)
 		w, err := p.Create("op/big/0")
 		require.NoError(t, err)
-		for off, step := 0, 1; off < len(blob); off, step = off+step, step*3+1 {
-			_, err := w.Write(blob[off:min(off+step, len(blob))])
+		for i, off, step := 0, 0, 1; off < len(blob); i, off, step = i+1, off+step, step*3+1 {
+			piece := blob[off:min(off+step, len(blob))]
+			if i%2 == 0 {
+				_, err := w.Write(piece)
+				require.NoError(t, err)
+				continue
+			}
+			// Every other piece encoded into the writer's buffer: in the
+			// room asked for, in more room than asked for, or outgrowing
+			// it (then copied), with rooms larger than the buffer too.
+			room := []int{len(piece), 3 * len(piece), len(piece) / 2}[(i/2+1)%3]
+			b := append(w.Room(room), piece...)
+			_, err := w.WriteSummed(b, crc32.Checksum(b, castagnoli))
 			require.NoError(t, err)
 		}
 		require.NoError(t, w.Close())
@@ -399,6 +433,43 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		st, err := os.Stat(filepath.Join(dir, statestore.CheckpointPartsDir, "1", "1.part"))
 		require.NoError(t, err)
 		require.Equal(t, int64(len(blob)+4), st.Size())
+		cp, err := s.Latest(context.Background())
+		require.NoError(t, err)
+		defer cp.Close()
+		got, err := cp.Get("op/big/0")
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
+	})
+}
+
+// Blobs encoded into Room read back as written, whether they fit the room
+// asked for, outgrow the buffer (and are copied), or make it grow.
+func TestCheckpointPartFileRoom(t *testing.T) {
+	forEachIO(t, func(t *testing.T) {
+		s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+		blob := partBlob(1, "op/big/0", 15<<20)
+		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/big/0")
+		require.NoError(t, err)
+		off := 0
+		for _, piece := range []struct{ room, size int }{
+			{1000, 1000},         // fits
+			{10, 6 << 20},        // outgrows the 4 MiB buffer: copied
+			{5 << 20, 5 << 20},   // the buffer grows first
+			{0, 100},             // fits in what is left
+			{1 << 20, 3<<20 - 1}, // outgrows the room asked for, not the buffer
+		} {
+			b := append(w.Room(piece.room), blob[off:off+piece.size]...)
+			_, err := w.WriteSummed(b, crc32.Checksum(b, castagnoli))
+			require.NoError(t, err)
+			off += piece.size
+		}
+		_, err = w.Write(blob[off:])
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		require.Nil(t, w.Room(10), "no room after Close")
+		require.NoError(t, p.Complete(context.Background()))
 		cp, err := s.Latest(context.Background())
 		require.NoError(t, err)
 		defer cp.Close()

@@ -713,11 +713,18 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 		}
 	}
 	sw, _ := w.(SummedWriter)
+	lender, _ := w.(BufferLender)
 	var buf []byte
 	var total int64
+	size := 0 // of the last blob: the next one's likely size
 	for gi := 0; gi < s.end-s.start; gi++ {
+		if lender != nil {
+			buf = lender.Room(size + size/4 + 64<<10)
+		} else {
+			buf = buf[:0]
+		}
 		var err error
-		if buf, err = bw.appendGroup(buf[:0], gi); err != nil {
+		if buf, err = bw.appendGroup(buf, gi); err != nil {
 			return total, err
 		}
 		if drop {
@@ -731,6 +738,7 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 		if len(buf) == 0 {
 			continue
 		}
+		size = len(buf)
 		var n int
 		if sw != nil {
 			n, err = sw.WriteSummed(buf, bw.crc)

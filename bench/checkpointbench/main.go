@@ -808,6 +808,15 @@ func (w *recWriter) WriteSummed(b []byte, crc uint32) (int, error) {
 	return n, err
 }
 
+// Room lends the part writer's buffer on, as it is lent without this
+// wrapper.
+func (w *recWriter) Room(n int) []byte {
+	if l, ok := w.PartWriter.(statestore.BufferLender); ok {
+		return l.Room(n)
+	}
+	return make([]byte, 0, n)
+}
+
 func (w *recWriter) Close() error {
 	t0 := time.Now()
 	err := w.PartWriter.Close()
