@@ -233,7 +233,7 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 		return nil, wrap(err)
 	}
 	writeOwner(filepath.Join(dir, checkpointOwnerFile))
-	s.applyRetention()
+	s.removePartFiles(s.applyRetention())
 	go s.writer()
 	return s, nil
 }
@@ -964,7 +964,13 @@ func (s *CheckpointStore) writer() {
 		}
 		switch r.op {
 		case wComplete:
-			r.done <- s.writeComplete(r)
+			later, err := s.writeComplete(r)
+			r.done <- err
+			// After the reply: unlinking the files of a large part takes
+			// a while (about 0.3–0.7 s per GiB while the disk is busy),
+			// and the completion, with the sinks' commits after it, need
+			// not wait for it.
+			s.removePartFiles(later)
 			continue
 		case wDelete:
 			r.done <- s.deleteCheckpoints(r.ids, r.fault)
@@ -1040,9 +1046,12 @@ func (s *CheckpointStore) writePuts(batch []*writeReq) error {
 	})
 }
 
-func (s *CheckpointStore) writeComplete(r *writeReq) error {
+// writeComplete writes the metadata of a completed checkpoint and applies
+// retention; it returns the checkpoints whose part files are still to be
+// removed (applyRetention's).
+func (s *CheckpointStore) writeComplete(r *writeReq) ([]int64, error) {
 	if err := r.ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		cb, err := ckptBucketForWrite(tx, r.p)
@@ -1096,7 +1105,7 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 		return s.faults.Commit(OpComplete, r.id, "")
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	delete(s.active, r.id)
@@ -1105,14 +1114,23 @@ func (s *CheckpointStore) writeComplete(r *writeReq) error {
 	// From now on the metadata keeps the bases, as long as retention keeps
 	// this checkpoint.
 	r.p.releaseBases()
-	s.applyRetention()
-	return nil
+	return s.applyRetention(), nil
 }
 
 // deleteCheckpoints deletes checkpoints ids in one transaction, then their
 // part files.
 func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.deleteRecords(ids, op)
+	if err == nil {
+		s.removePartFiles(ids)
+	}
+	return err
+}
+
+// deleteRecords deletes checkpoints ids in one transaction, leaving their
+// part files.
+func (s *CheckpointStore) deleteRecords(ids []int64, op CheckpointOp) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
 		root := tx.Bucket(bktCheckpoints)
 		for _, id := range ids {
 			cb := root.Bucket(ckptKey(id))
@@ -1131,10 +1149,6 @@ func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error 
 		}
 		return nil
 	})
-	if err == nil {
-		s.removePartFiles(ids)
-	}
-	return err
 }
 
 // applyRetention deletes the completed checkpoints past the newest Retain,
@@ -1145,7 +1159,14 @@ func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error 
 // part) and, transitively, the bases of the delta parts of every
 // checkpoint it keeps. It runs on the writer goroutine (or in Open, before
 // it starts); failures are logged.
-func (s *CheckpointStore) applyRetention() {
+//
+// The part files of the completed checkpoints it deletes are left to the
+// caller, which removes them with removePartFiles (the writer after it
+// replied to the completion): it returns those checkpoints. Their ids
+// can never be written again (Begin refuses ids up to the newest
+// completed one), so removing their directories later cannot hit a new
+// checkpoint's files; the directories of the others go at once.
+func (s *CheckpointStore) applyRetention() (later []int64) {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
 	// The directories first: one created after this listing belongs to a
@@ -1224,17 +1245,30 @@ func (s *CheckpointStore) applyRetention() {
 		s.log.Warn("could not list the checkpoints' part files; retrying after the next checkpoint", "store", s.path, "error", dirErr.Error())
 	}
 	if err == nil && len(victims) > 0 {
-		err = s.deleteCheckpoints(victims, OpRetain)
+		err = s.deleteRecords(victims, OpRetain)
 	}
 	if err != nil {
 		s.log.Warn("checkpoint retention failed; retrying after the next checkpoint",
 			"store", s.path, "checkpoints", victims, "error", err.Error())
-		return
+		return nil
 	}
+	s.mu.Lock()
+	newest := s.maxComplete
+	s.mu.Unlock()
+	var now []int64
+	for _, id := range victims {
+		if id <= newest {
+			later = append(later, id)
+		} else {
+			now = append(now, id)
+		}
+	}
+	s.removePartFiles(now)
 	if len(victims) > 0 {
 		slices.Sort(bases)
 		s.log.Debug("checkpoints deleted by retention", "store", s.path, "checkpoints", victims, "retain", s.retain, "kept_as_bases", bases)
 	}
+	return later
 }
 
 // The owner file names the process holding the store, for the error that

@@ -89,9 +89,10 @@ func completeIDs(t *testing.T, s *CheckpointStore) []int64 {
 }
 
 // fileDirIDs lists, newest first, the checkpoints with a part-file
-// directory.
+// directory, once the writer has removed what it had to.
 func fileDirIDs(t *testing.T, s *CheckpointStore) []int64 {
 	t.Helper()
+	SettleWriter(t, s)
 	ids, err := s.partFileDirs()
 	require.NoError(t, err)
 	slices.Sort(ids)

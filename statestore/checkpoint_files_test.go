@@ -124,6 +124,7 @@ func TestCheckpointPartFiles(t *testing.T) {
 			writeFileCheckpoint(t, s, id)
 		}
 		require.Equal(t, int64(4), latestID(t, s))
+		statestore.SettleWriter(t, s)
 		require.Equal(t, []string{"3", "4"}, partDirs(t, dir), "retention removes the files of deleted checkpoints")
 		files, err := filepath.Glob(filepath.Join(dir, statestore.CheckpointPartsDir, "4", "*"))
 		require.NoError(t, err)

@@ -119,3 +119,11 @@ func ListIDs(t testing.TB, s *CheckpointStore) (complete, incomplete []int64) {
 	}
 	return complete, incomplete
 }
+
+// SettleWriter returns once the store's writer has done what came before:
+// the part-file removals it does after replying to a completion included.
+// It submits a deletion of nothing, which the writer takes in turn.
+func SettleWriter(t testing.TB, s *CheckpointStore) {
+	t.Helper()
+	require.NoError(t, s.submit(&writeReq{op: wDelete, fault: OpRetain}))
+}
