@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -205,5 +206,62 @@ func TestKeyPrefixOrder(t *testing.T) {
 		ka := keyedEntry[int]{key: a, pre: keyPrefix(a)}
 		kb := keyedEntry[int]{key: b, pre: keyPrefix(b)}
 		require.Equal(t, strings.Compare(a, b), sign(compareKeyed(ka, kb)), "%q against %q", a, b)
+	}
+}
+
+// TestSortKeyed: sortKeyed orders entries as their keys' bytes do, with
+// each entry's value moving with its key, for sets below and above the
+// radix sort's size, keys that share long prefixes or none, keys that
+// are prefixes of each other, and many keys with equal prefixes; its
+// scratch keeps no entry.
+func TestSortKeyed(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	randomKey := func(alphabet []byte, maxLen int) string {
+		b := make([]byte, r.IntN(maxLen+1))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	gens := map[string]func(i int) string{
+		"random bytes": func(int) string { return randomKey([]byte{0, 1, 'a', 0xff}, 13) },
+		"shared prefix": func(int) string {
+			return "sensor-" + randomKey([]byte{0, '0', '1', 0xff}, 11)
+		},
+		"int keys": func(i int) string { // pipeline.EncodeKey of small ints
+			return string([]byte{3, 0, 0, 0, 0, 0, byte(i >> 16), byte(i >> 8), byte(i)})
+		},
+		"prefixes of each other": func(i int) string { return strings.Repeat("\x00", i%40) + strings.Repeat("x", i/40) },
+		"equal first 8 bytes":    func(int) string { return "\x01\x02\x03\x04\x05\x06\x07\x08" + randomKey([]byte{0, 7, 0xff}, 4) },
+	}
+	var scratch []keyedEntry[int]
+	for name, gen := range gens {
+		for _, n := range []int{0, 1, 2, 3, 50, radixSortMin - 1, radixSortMin, 1000, 7700} {
+			seen := map[string]bool{}
+			var es []keyedEntry[int]
+			for i := 0; len(es) < n && i < 50*n; i++ {
+				k := gen(i)
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				es = append(es, keyedEntry[int]{key: k, e: &keyEntry[int]{items: make([]slot[int], 1)}})
+			}
+			owner := map[*keyEntry[int]]string{}
+			for _, e := range es {
+				owner[e.e] = e.key
+			}
+			want := slices.Clone(es)
+			slices.SortFunc(want, func(a, b keyedEntry[int]) int { return strings.Compare(a.key, b.key) })
+			scratch = sortKeyed(es, scratch)
+			require.Len(t, es, len(want))
+			for i := range es {
+				require.Equal(t, want[i].key, es[i].key, "%s, %d keys: entry %d", name, n, i)
+				require.Equal(t, es[i].key, owner[es[i].e], "%s, %d keys: the value moved with its key", name, n)
+			}
+			for _, e := range scratch[:cap(scratch)] {
+				require.Nil(t, e.e, "%s, %d keys: the scratch keeps no entry", name, n)
+			}
+		}
 	}
 }
