@@ -83,6 +83,19 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 	return nil
 }
 
+// completeAndRead completes p and reads its part back from s's latest
+// checkpoint.
+func completeAndRead(t *testing.T, s *statestore.CheckpointStore, p *statestore.PendingCheckpoint, part string) []byte {
+	t.Helper()
+	require.NoError(t, p.Complete(context.Background()))
+	cp, err := s.Latest(context.Background())
+	require.NoError(t, err)
+	defer cp.Close()
+	got, err := cp.Get(part)
+	require.NoError(t, err)
+	return got
+}
+
 // forEachIO runs fn with part files written with direct I/O (where the
 // file system allows it) and without, as on a file system that refuses it.
 func forEachIO(t *testing.T, fn func(t *testing.T)) {
@@ -191,13 +204,7 @@ func TestCheckpointPartFileDuplicate(t *testing.T) {
 		_, err = w.Write([]byte("state"))
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
-		require.NoError(t, p.Complete(context.Background()))
-		cp, err := s.Latest(context.Background())
-		require.NoError(t, err)
-		defer cp.Close()
-		got, err := cp.Get("op/a/0")
-		require.NoError(t, err)
-		require.Equal(t, []byte("state"), got)
+		require.Equal(t, []byte("state"), completeAndRead(t, s, p, "op/a/0"))
 	})
 }
 
@@ -430,15 +437,10 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.NoError(t, w.Close())
-		require.NoError(t, p.Complete(context.Background()))
+		got := completeAndRead(t, s, p, "op/big/0")
 		st, err := os.Stat(filepath.Join(dir, statestore.CheckpointPartsDir, "1", "1.part"))
 		require.NoError(t, err)
 		require.Equal(t, int64(len(blob)+4), st.Size())
-		cp, err := s.Latest(context.Background())
-		require.NoError(t, err)
-		defer cp.Close()
-		got, err := cp.Get("op/big/0")
-		require.NoError(t, err)
 		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
 	})
 }
@@ -470,13 +472,7 @@ func TestCheckpointPartFileRoom(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
 		require.Nil(t, w.Room(10), "no room after Close")
-		require.NoError(t, p.Complete(context.Background()))
-		cp, err := s.Latest(context.Background())
-		require.NoError(t, err)
-		defer cp.Close()
-		got, err := cp.Get("op/big/0")
-		require.NoError(t, err)
-		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
+		require.True(t, bytes.Equal(blob, completeAndRead(t, s, p, "op/big/0")), "the part reads back as written")
 	})
 }
 
