@@ -94,20 +94,13 @@ type accBox struct {
 	maxTime int64
 }
 
-// boxWire is accBox's snapshot encoding: [row, maxTime] (decodeBox reads
-// it).
-type boxWire struct {
-	_       struct{} `cbor:",toarray"`
-	Row     cbor.RawMessage
-	MaxTime int64
-}
-
 // MarshalCBOR encodes the box for a snapshot; see AppendCBOR.
 func (b *accBox) MarshalCBOR() ([]byte, error) {
 	return b.AppendCBOR(make([]byte, 0, 64+len(b.raw)))
 }
 
-// AppendCBOR appends the box's snapshot encoding, boxWire's bytes, to dst
+// AppendCBOR appends the box's snapshot encoding, the array [row, maxTime]
+// (decodeBox reads it), to dst
 // in one pass (the array header, the row, the time): snapshots encode one
 // box per key and window, straight into the snapshot's buffer
 // (statestore.CBORAppender). It runs on the goroutine that encodes the
@@ -157,7 +150,7 @@ func (*accBox) CheckCBOR(data []byte) error {
 	return err
 }
 
-// decodeBox reads boxWire's encoding, as AppendCBOR writes it: an array
+// decodeBox reads the box's encoding, as AppendCBOR writes it: an array
 // of two items, any well-formed data item (the row, returned as it is,
 // decoded later by the step's specs) and an integer. By hand: a restore
 // decodes one box per key and window. The row may hold any number of

@@ -13,6 +13,14 @@ import (
 	"github.com/eddy-stream/eddy/statestore"
 )
 
+// boxWire describes accBox's snapshot encoding, [row, maxTime], to the
+// cbor package: the reference its hand encoding is compared with.
+type boxWire struct {
+	_       struct{} `cbor:",toarray"`
+	Row     cbor.RawMessage
+	MaxTime int64
+}
+
 // accBox's one-pass encoding (MarshalCBOR, and AppendCBOR after what the
 // buffer holds) is byte for byte what the cbor package makes of boxWire,
 // and decodes back.

@@ -616,13 +616,12 @@ func touchEntries[S any](batch []keyedEntry[S], prefetch bool) uint64 {
 type keyedEntry[S any] struct {
 	key string
 	e   *keyEntry[S]
-	pre uint64 // keyPrefix(key)
+	pre uint64 // keyPrefix of the key after the bytes its group's keys share (sortKeyed)
 }
 
 // keyPrefix returns the first 8 bytes of key as a big-endian number, zeros
-// after a shorter key's end: a < b when keyPrefix(a) < keyPrefix(b). The
-// sort of a key group's entries compares them and only reads the keys
-// themselves (a cache miss each) when they are equal.
+// after a shorter key's end: a < b when keyPrefix(a) < keyPrefix(b), and
+// only equal prefixes need the keys compared (sortKeyed).
 func keyPrefix(key string) uint64 {
 	if len(key) >= 8 {
 		_ = key[7]
@@ -716,7 +715,7 @@ func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortFunc(es[i:j], func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
+			slices.SortFunc(es[i:j], compareKeyed[S])
 		}
 		i = j
 	}
