@@ -53,6 +53,47 @@ type CheckpointSpec struct {
 	Incremental bool `yaml:"incremental"`
 	// OnSigterm is what `eddy run` does on SIGTERM.
 	OnSigterm SigtermAction `yaml:"on_sigterm"`
+	// Priority is the CPU priority of the asynchronous part of a
+	// checkpoint: encoding and writing the keyed state.
+	Priority CheckpointPriority `yaml:"priority"`
+}
+
+// CheckpointPriority is checkpoint.priority (docs/checkpoints.md,
+// "Checkpoint priority").
+type CheckpointPriority int
+
+const (
+	// PriorityNormal encodes and writes state as any other work of the
+	// process: the tasks and the checkpoint share the processors.
+	PriorityNormal CheckpointPriority = iota
+	// PriorityLow encodes and writes state at the lowest priority
+	// (internal/lowprio): the checkpoint takes what the tasks leave idle,
+	// and takes longer when they keep every processor busy.
+	PriorityLow
+)
+
+var priorities = []string{"normal", "low"}
+
+func (p CheckpointPriority) String() string {
+	if p >= 0 && int(p) < len(priorities) {
+		return priorities[p]
+	}
+	return fmt.Sprintf("CheckpointPriority(%d)", int(p))
+}
+
+// UnmarshalYAML parses normal | low.
+func (p *CheckpointPriority) UnmarshalYAML(n *yaml.Node) error {
+	for i, name := range priorities {
+		if n.Value == name {
+			*p = CheckpointPriority(i)
+			return nil
+		}
+	}
+	msg := fmt.Sprintf("priority must be normal or low, not %q", n.Value)
+	if best := Closest(n.Value, priorities); best != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return errors.New(msg)
 }
 
 // SigtermAction is checkpoint.on_sigterm: how `eddy run` stops on SIGTERM

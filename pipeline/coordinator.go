@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eddy-stream/eddy/internal/lowprio"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -414,10 +415,10 @@ func (c *coordinator) onAck(a Ack) {
 		parts[wmPart(id, a.Subtask)] = binary.BigEndian.AppendUint64(nil, uint64(wm))
 	}
 	f.writing++
-	go func() {
+	lowprio.Go(c.spec.Priority == PriorityLow, func() {
 		st, err := writeAck(f.pending, a, parts)
 		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st}
-	}()
+	})
 }
 
 // PartCreator is a PendingCheckpoint that streams a part to storage while

@@ -100,7 +100,7 @@ var (
 	duration     = flag.Duration("duration", 30*time.Second, "measured steady phase of each run")
 	runs         = flag.Int("runs", 3, "rounds of (none, each interval) per backend; the best is reported")
 	backendsFlag = flag.String("backends", "memory,bbolt", "state backends, comma-separated; a -incremental suffix (memory-incremental, bbolt-incremental) sets checkpoint.incremental")
-	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated")
+	intervalFlag = flag.String("intervals", "10s,1s", "checkpoint intervals, comma-separated; a -low suffix (10s-low) sets checkpoint.priority: low")
 	parallelism  = flag.Int("parallelism", 1, "parallelism of the window step (the generator runs at 1)")
 	randomKeys   = flag.Bool("random-keys", false, "update the keys in a scrambled order instead of in turn (each bbolt flush then writes pages far apart)")
 	hotKeys      = flag.Float64("hot-keys", 0, "after the warm-up, update only this share of the keys (0.1: a tenth of them, in turn), so that the rest of the state stays as it is: what incremental checkpoints save")
@@ -141,16 +141,23 @@ func main() {
 		runtime.SetBlockProfileRate(int(time.Millisecond))
 	}
 	var intervals []time.Duration
+	var lows []bool
 	for _, s := range strings.Split(*intervalFlag, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(s))
+		s, low := strings.CutSuffix(strings.TrimSpace(s), "-low")
+		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			log.Fatalf("-intervals: %q is not a positive duration", s)
 		}
 		intervals = append(intervals, d)
+		lows = append(lows, low)
 	}
 	modes := []mode{{name: "none"}}
-	for _, d := range intervals {
-		modes = append(modes, mode{name: d.String(), interval: d})
+	for i, d := range intervals {
+		name := d.String()
+		if lows[i] {
+			name += "-low"
+		}
+		modes = append(modes, mode{name: name, interval: d, low: lows[i]})
 	}
 	parent, err := os.MkdirTemp(*dirFlag, "checkpointbench-")
 	if err != nil {
@@ -241,6 +248,7 @@ func main() {
 type mode struct {
 	name     string
 	interval time.Duration // 0: no checkpoint block
+	low      bool          // checkpoint.priority: low
 }
 
 func modeNames(ms []mode) []string {
@@ -260,13 +268,16 @@ func freeMemory() {
 }
 
 // spec is the pipeline of the benchmark for a backend and a checkpoint
-// interval (0: none).
-func spec(backend string, keys int, interval time.Duration) string {
+// interval (0: none), with checkpoint.priority: low when low.
+func spec(backend string, keys int, interval time.Duration, low bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nname: checkpoint-bench\nparallelism: %d\n", *parallelism)
 	backend, incremental := strings.CutSuffix(backend, "-incremental")
 	if interval > 0 {
 		fmt.Fprintf(&b, "checkpoint:\n  interval: %s\n  timeout: 30m\n  tolerable_failures: 1000\n  retain: 2\n  incremental: %t\n", interval, incremental)
+		if low {
+			b.WriteString("  priority: low\n")
+		}
 	}
 	fmt.Fprintf(&b, "state:\n  backend: %s\n", backend)
 	if *cacheEntries > 0 {
@@ -322,7 +333,7 @@ func (r runResult) line(backend, mode string, round int) string {
 	if round == 0 {
 		run = "warm " // not measured
 	}
-	s := fmt.Sprintf("%-6s %-4s %s: warm-up %6s, %9.0f records/s, %.2f µs CPU/record (system %.0f%%, %.3f page faults/record)",
+	s := fmt.Sprintf("%-6s %-7s %s: warm-up %6s, %9.0f records/s, %.2f µs CPU/record (system %.0f%%, %.3f page faults/record)",
 		backend, mode, run, r.warmup.Round(100*time.Millisecond), r.rate, r.cpuPerRec, 100*r.sysShare, r.faultsPerRec)
 	if len(r.checkpoints) > 0 {
 		var ds []time.Duration
@@ -348,7 +359,7 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 		return res, err
 	}
 	res.dir = dir
-	plan, err := compile(spec(b.backend, b.keys, m.interval))
+	plan, err := compile(spec(b.backend, b.keys, m.interval, m.low))
 	if err != nil {
 		return res, err
 	}
@@ -393,6 +404,7 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 		}
 	}
 	var samples []sample
+	first := takeSample(t0, c0)
 	measure := *duration
 	if round == 0 {
 		measure = min(measure, warmRoundDuration)
@@ -410,7 +422,7 @@ wait:
 		case <-job.Done():
 			return res, fmt.Errorf("the job ended: %v", job.Wait())
 		case t := <-tick:
-			samples = append(samples, sample{t, in()})
+			samples = append(samples, takeSample(t, in()))
 		case <-end:
 			break wait
 		}
@@ -443,24 +455,34 @@ wait:
 	}
 	res.checkpoints, res.failed = rec.within(t0, t1)
 	if len(samples) > 0 {
-		printTimeline(b.backend, m.name, t0, c0, samples, res.checkpoints)
+		printTimeline(b.backend, m.name, first, samples, res.checkpoints)
 	}
 	return res, nil
 }
 
-// sample is the records count at a moment of the measurement window.
+// sample is the records count at a moment of the measurement window, with
+// the process's CPU time and the part of it the Go runtime estimates the
+// GC took (runtime/metrics), so that a dip shows whether a GC cycle ran.
 type sample struct {
-	t time.Time
-	n float64
+	t        time.Time
+	n        float64
+	cpu, gcs float64 // seconds
 }
 
-// printTimeline prints the records/s of each period between samples and
-// the phase of the checkpoint under way at its end: sync (trigger to the
-// last ack), encode (to the first state part's Close), write (to
-// Complete), complete.
-func printTimeline(backend, mode string, t0 time.Time, c0 float64, samples []sample, cs []ckpt) {
-	fmt.Printf("timeline %s %s:\n", backend, mode)
-	prev := sample{t0, c0}
+var gcCPU = []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+
+func takeSample(t time.Time, n float64) sample {
+	metrics.Read(gcCPU)
+	return sample{t: t, n: n, cpu: cputime.ProcessUsage().CPU.Seconds(), gcs: gcCPU[0].Value.Float64()}
+}
+
+// printTimeline prints, for each period between samples, the records/s,
+// the cores the process used and those the GC used, and the phase of the
+// checkpoint under way at its end: sync (trigger to the last ack), encode
+// (to the first state part's Close), write (to Complete), complete.
+func printTimeline(backend, mode string, start sample, samples []sample, cs []ckpt) {
+	fmt.Printf("timeline %s %s:  records/s, cores used by the process, of which by the GC, checkpoint phase\n", backend, mode)
+	prev := start
 	for _, sm := range samples {
 		phase := ""
 		for _, c := range cs {
@@ -476,14 +498,15 @@ func printTimeline(backend, mode string, t0 time.Time, c0 float64, samples []sam
 				phase = fmt.Sprintf("checkpoint %d complete", c.id)
 			}
 		}
-		fmt.Printf("  %+7.2fs %9.0f records/s  %s\n", sm.t.Sub(t0).Seconds(), (sm.n-prev.n)/sm.t.Sub(prev.t).Seconds(), phase)
+		d := sm.t.Sub(prev.t).Seconds()
+		fmt.Printf("  %+7.2fs %9.0f records/s  %4.2f cores  gc %4.2f  %s\n", sm.t.Sub(start.t).Seconds(), (sm.n-prev.n)/d, (sm.cpu-prev.cpu)/d, (sm.gcs-prev.gcs)/d, phase)
 		prev = sm
 	}
 }
 
 // restore measures a restore from the newest checkpoint in dir.
 func (b *bench) restore(dir string) (string, error) {
-	plan, err := compile(spec(b.backend, b.keys, time.Hour)) // no checkpoint during the restore
+	plan, err := compile(spec(b.backend, b.keys, time.Hour, false)) // no checkpoint during the restore
 	if err != nil {
 		return "", err
 	}
@@ -889,7 +912,7 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 				loss += fmt.Sprintf("; rounds' losses: median %5.1f%%, mean %5.1f%% ± %.1f%%", 100*(1-stats.Median(ratios)), 100*(1-mean), 100*half)
 			}
 		}
-		fmt.Fprintf(&b, "%-5s %10.0f records/s%s\n", m.name, best[m.name], loss)
+		fmt.Fprintf(&b, "%-7s %10.0f records/s%s\n", m.name, best[m.name], loss)
 	}
 	// The CPU a checkpoint costs: the extra CPU per record against none
 	// (the round's), times the records, per checkpoint completed in the
