@@ -27,7 +27,7 @@ const Nice = 19
 
 // Go runs fn on a new goroutine, at low priority when low is true.
 func Go(low bool, fn func()) {
-	if !low {
+	if !low || !perThread {
 		go fn()
 		return
 	}

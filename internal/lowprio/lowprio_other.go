@@ -4,5 +4,7 @@ package lowprio
 
 import "errors"
 
-// lower fails: elsewhere a nice value is the whole process's.
+// perThread: elsewhere a nice value is the whole process's.
+const perThread = false
+
 func lower() error { return errors.New("no per-thread priority on this system") }
