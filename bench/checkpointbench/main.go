@@ -27,8 +27,8 @@
 // -duration the records/s that reach the window step, then cancel the job
 // (no final checkpoint, no window firing). Per backend the runs alternate
 // none, interval 10s, interval 1s (-intervals), -runs times, after an
-// unmeasured round of runs of at most 10s (the heap grows to its largest,
-// and faults its pages in, once for the whole process); the best
+// unmeasured round of runs of 10s plus two intervals (the heap grows to
+// its largest, and faults its pages in, once for the whole process); the best
 // throughput of each is reported with the loss against the best none, and
 // the median and the mean of each round's loss against that round's none,
 // the mean with its 95% confidence interval (Student's t): with GC percent
@@ -80,6 +80,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -108,6 +109,7 @@ var (
 	dirFlag      = flag.String("dir", "", "parent of the temporary state dirs (default: the system's temporary directory)")
 	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
+	traceFile    = flag.String("trace", "", "write an execution trace (go tool trace) of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.trace")
 	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
 	timeline     = flag.Duration("timeline", 0, "print the records/s of each such period of each (backend, mode)'s last measurement window, with the checkpoint phase under way")
 	gcPercent    = flag.Int("gc-percent", cmd.DefaultGCPercent, "Go GC percent, as `eddy run --gc-percent` (GOGC, when set, wins)")
@@ -189,8 +191,8 @@ func main() {
 		fmt.Printf(", freed memory returned with %s", adv)
 	}
 	fmt.Println()
-	fmt.Printf("each run: warm-up until every key has state, then %s measured; an unmeasured round (%s each), then %d round(s) of %s per backend\n\n",
-		*duration, min(*duration, warmRoundDuration), *runs, strings.Join(modeNames(modes), ", "))
+	fmt.Printf("each run: warm-up until every key has state, then %s measured; an unmeasured round (10s, plus two intervals with checkpoints, each at most %s), then %d round(s) of %s per backend\n\n",
+		*duration, *duration, *runs, strings.Join(modeNames(modes), ", "))
 	begin := time.Now()
 	for _, backend := range strings.Split(*backendsFlag, ",") {
 		backend = strings.TrimSpace(backend)
@@ -259,8 +261,14 @@ func modeNames(ms []mode) []string {
 	return out
 }
 
-// warmRoundDuration bounds the runs of the unmeasured first round.
-const warmRoundDuration = 10 * time.Second
+// warmRoundDuration bounds mode m's run in the unmeasured first round:
+// 10s, plus two intervals with checkpoints, so that the heap grows as far
+// as snapshots make it grow and its pages are faulted in before the
+// measured rounds (the kernel zeroing new pages cost the first measured
+// round up to 0.7 of a core, in bursts, when the warm run was 10s).
+func warmRoundDuration(m mode) time.Duration {
+	return 10*time.Second + 2*m.interval
+}
 
 func freeMemory() {
 	runtime.GC()
@@ -403,11 +411,21 @@ func (b *bench) run(m mode, round int, profile bool) (res runResult, err error) 
 			return res, err
 		}
 	}
+	if profile && *traceFile != "" {
+		f, err := os.Create(fmt.Sprintf("%s-%s-%s.trace", *traceFile, b.backend, m.name))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return res, err
+		}
+	}
 	var samples []sample
 	first := takeSample(t0, c0)
 	measure := *duration
 	if round == 0 {
-		measure = min(measure, warmRoundDuration)
+		measure = min(measure, warmRoundDuration(m))
 	}
 	end := time.After(measure)
 	var tick <-chan time.Time // nil: never, without -timeline
@@ -431,6 +449,9 @@ wait:
 	if prof != nil {
 		pprof.StopCPUProfile()
 		_ = prof.Close()
+	}
+	if profile && *traceFile != "" {
+		trace.Stop()
 	}
 	if profile && *blockProfile != "" {
 		if err := writeProfile("block", fmt.Sprintf("%s-%s-%s.pprof", *blockProfile, b.backend, m.name)); err != nil {
