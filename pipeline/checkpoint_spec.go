@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -74,26 +76,11 @@ const (
 
 var priorities = []string{"normal", "low"}
 
-func (p CheckpointPriority) String() string {
-	if p >= 0 && int(p) < len(priorities) {
-		return priorities[p]
-	}
-	return fmt.Sprintf("CheckpointPriority(%d)", int(p))
-}
+func (p CheckpointPriority) String() string { return nameOf(p, priorities, "CheckpointPriority") }
 
 // UnmarshalYAML parses normal | low.
 func (p *CheckpointPriority) UnmarshalYAML(n *yaml.Node) error {
-	for i, name := range priorities {
-		if n.Value == name {
-			*p = CheckpointPriority(i)
-			return nil
-		}
-	}
-	msg := fmt.Sprintf("priority must be normal or low, not %q", n.Value)
-	if best := Closest(n.Value, priorities); best != "" {
-		msg += fmt.Sprintf(" (did you mean %q?)", best)
-	}
-	return errors.New(msg)
+	return parseName(n, "priority", priorities, p)
 }
 
 // SigtermAction is checkpoint.on_sigterm: how `eddy run` stops on SIGTERM
@@ -114,23 +101,31 @@ const (
 
 var sigtermActions = []string{"savepoint", "checkpoint", "none"}
 
-func (a SigtermAction) String() string {
-	if a >= 0 && int(a) < len(sigtermActions) {
-		return sigtermActions[a]
-	}
-	return fmt.Sprintf("SigtermAction(%d)", int(a))
-}
+func (a SigtermAction) String() string { return nameOf(a, sigtermActions, "SigtermAction") }
 
 // UnmarshalYAML parses savepoint | checkpoint | none.
 func (a *SigtermAction) UnmarshalYAML(n *yaml.Node) error {
-	for i, name := range sigtermActions {
-		if n.Value == name {
-			*a = SigtermAction(i)
-			return nil
-		}
+	return parseName(n, "on_sigterm", sigtermActions, a)
+}
+
+// nameOf returns the name of v, an index into names.
+func nameOf[T ~int](v T, names []string, typ string) string {
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
 	}
-	msg := fmt.Sprintf("on_sigterm must be savepoint, checkpoint or none, not %q", n.Value)
-	if best := Closest(n.Value, sigtermActions); best != "" {
+	return fmt.Sprintf("%s(%d)", typ, int(v))
+}
+
+// parseName sets *v to the index of n's value in names, or fails with
+// "key must be a, b or c, not ..." and the closest name.
+func parseName[T ~int](n *yaml.Node, key string, names []string, v *T) error {
+	if i := slices.Index(names, n.Value); i >= 0 {
+		*v = T(i)
+		return nil
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	msg := fmt.Sprintf("%s must be %s, not %q", key, list, n.Value)
+	if best := Closest(n.Value, names); best != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return errors.New(msg)
