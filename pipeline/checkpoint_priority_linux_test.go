@@ -47,7 +47,11 @@ func (p *nicePending) Put(part string, blob []byte) error {
 // checkpoint.priority: the snapshots are encoded and written on threads of
 // that priority, and the output is what it is without checkpoints.
 func TestCheckpointPriority(t *testing.T) {
-	for prio, nice := range map[pipeline.CheckpointPriority]int{pipeline.PriorityNormal: 0, pipeline.PriorityLow: lowprio.Nice} {
+	for _, tc := range []struct {
+		prio pipeline.CheckpointPriority
+		nice int
+	}{{pipeline.PriorityNormal, 0}, {pipeline.PriorityLow, lowprio.Nice}} {
+		prio, nice := tc.prio, tc.nice
 		t.Run(prio.String(), func(t *testing.T) {
 			text := fmt.Sprintf(exactlyOnceText, "exactly_once", 2)
 			text = strings.Replace(text, "  mode: exactly_once\n", "  mode: exactly_once\n  priority: "+prio.String()+"\n", 1)

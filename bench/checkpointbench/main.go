@@ -142,24 +142,18 @@ func main() {
 	if *blockProfile != "" {
 		runtime.SetBlockProfileRate(int(time.Millisecond))
 	}
-	var intervals []time.Duration
-	var lows []bool
+	modes := []mode{{name: "none"}}
 	for _, s := range strings.Split(*intervalFlag, ",") {
 		s, low := strings.CutSuffix(strings.TrimSpace(s), "-low")
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			log.Fatalf("-intervals: %q is not a positive duration", s)
 		}
-		intervals = append(intervals, d)
-		lows = append(lows, low)
-	}
-	modes := []mode{{name: "none"}}
-	for i, d := range intervals {
 		name := d.String()
-		if lows[i] {
+		if low {
 			name += "-low"
 		}
-		modes = append(modes, mode{name: name, interval: d, low: lows[i]})
+		modes = append(modes, mode{name: name, interval: d, low: low})
 	}
 	parent, err := os.MkdirTemp(*dirFlag, "checkpointbench-")
 	if err != nil {
