@@ -185,6 +185,7 @@ type boltEntry[S any] struct {
 	idx     map[string]int32
 	removed []string // stored namespaces deleted since the last flush
 	dirty   bool     // listed in the table's dirty list
+	flying  bool     // written by the flush in flight: not evicted
 	used    bool     // read or written since the last eviction sweep
 	pins    int      // iterations running over the entry: it is not evicted
 }
@@ -250,8 +251,9 @@ type boltTable[S any] struct {
 	bucket  []byte
 	cache   map[string]*boltEntry[S]
 	dirty   []*boltEntry[S]
-	val     []byte // scratch: one value's CBOR
-	rec     []byte // scratch: one record (adopt)
+	flight  []*boltEntry[S] // the entries of the flush in flight
+	val     []byte          // scratch: one value's CBOR
+	rec     []byte          // scratch: one record (adopt)
 	enc     encoder
 	// appendValue encodes a value (valueAppender).
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
@@ -611,15 +613,12 @@ func (t *boltTable[S]) encodeValue(v *S, key string) ([]byte, error) {
 	return b, nil
 }
 
-func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
+// encodeDirty implements boltTableOps: the writes of the dirty entries, in
+// key order, so that bbolt walks its pages once, front to back.
+func (t *boltTable[S]) encodeDirty(ops *[]boltOp, arena *[]byte) error {
 	if len(t.dirty) == 0 {
 		return nil
 	}
-	bkt := tx.Bucket(t.bucket)
-	if bkt == nil {
-		return fmt.Errorf("state %q: %w: no bucket", t.spec.name, errRecord)
-	}
-	// In key order: bbolt then walks its pages once, front to back.
 	slices.SortFunc(t.dirty, func(x, y *boltEntry[S]) int {
 		if x.group != y.group {
 			return x.group - y.group
@@ -637,9 +636,7 @@ func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
 	for _, e := range t.dirty {
 		for _, ns := range e.removed {
 			k := key(e, ns)
-			if err := bkt.Delete(k); err != nil {
-				return fmt.Errorf("delete key %q of state %q: %w", e.key, t.spec.name, err)
-			}
+			*ops = append(*ops, boltOp{bucket: t.bucket, name: e.key, key: k, del: true})
 			t.recordChange(k)
 		}
 		for i := range e.items {
@@ -658,18 +655,18 @@ func (t *boltTable[S]) flushTo(tx *bolt.Tx, arena *[]byte) error {
 			} else {
 				a = appendValue(a, p.ts, p.raw)
 			}
-			if err := bkt.Put(k, a[s:len(a):len(a)]); err != nil {
-				return fmt.Errorf("write key %q of state %q: %w", e.key, t.spec.name, err)
-			}
+			*ops = append(*ops, boltOp{bucket: t.bucket, name: e.key, key: k, val: a[s:len(a):len(a)]})
 			t.recordChange(k)
 		}
 	}
 	return nil
 }
 
-func (t *boltTable[S]) flushed() {
+// handedOff implements boltTableOps. The dirty list becomes the flight list
+// (which landed emptied).
+func (t *boltTable[S]) handedOff() {
 	for _, e := range t.dirty {
-		e.dirty = false
+		e.dirty, e.flying = false, true
 		clear(e.removed)
 		e.removed = e.removed[:0]
 		for i := range e.items {
@@ -678,8 +675,16 @@ func (t *boltTable[S]) flushed() {
 			}
 		}
 	}
-	clear(t.dirty)
-	t.dirty = t.dirty[:0]
+	t.dirty, t.flight = t.flight[:0], t.dirty
+}
+
+// landed implements boltTableOps.
+func (t *boltTable[S]) landed() {
+	for _, e := range t.flight {
+		e.flying = false
+	}
+	clear(t.flight)
+	t.flight = t.flight[:0]
 }
 
 func (t *boltTable[S]) evict(n int, all bool) int {
@@ -688,7 +693,7 @@ func (t *boltTable[S]) evict(n int, all bool) int {
 		if dropped >= n {
 			break
 		}
-		if e.dirty || e.pins > 0 {
+		if e.dirty || e.flying || e.pins > 0 {
 			continue
 		}
 		if e.used && !all {

@@ -301,6 +301,36 @@ func TestBoltLiveFile(t *testing.T) {
 		_, err = b.Snapshot()
 		require.ErrorIs(t, err, b.Err())
 	})
+
+	t.Run("a write refused in a flush in flight fails the backend; the flush's keys stay cached", func(t *testing.T) {
+		b := openBolt(t, opts, 4)
+		t.Cleanup(func() { _ = b.Close() })
+		v, err := statestore.RegisterValue(b, statestore.ValueDescriptor[int]{Name: "v"})
+		require.NoError(t, err)
+		want := map[string]int{"a": 1, "b": 2, "c": 3}
+		for k, n := range want {
+			v.Put(k, "", n)
+		}
+		v.Put(strings.Repeat("k", 40_000), "", 4) // over bbolt's key size limit
+		v.Put("d", "", 5)                         // a full cache: the four keys' flush starts
+		require.NoError(t, b.Err(), "the flush has not landed")
+		v.Put("e", "", 6) // full again: the failed flush lands
+		require.ErrorContains(t, b.Err(), "write key")
+		// More loads into the full cache evict, but not a, b and c: the
+		// file does not hold them.
+		for i := range 8 {
+			v.Put("f"+strconv.Itoa(i), "", 7+i)
+			want["f"+strconv.Itoa(i)] = 7 + i
+		}
+		want["d"], want["e"] = 5, 6
+		for k, n := range want {
+			got, ok := v.Get(k, "")
+			require.True(t, ok, k)
+			require.Equal(t, n, got, k)
+		}
+		_, err = b.Snapshot()
+		require.ErrorIs(t, err, b.Err())
+	})
 }
 
 func TestBoltSnapshotLifetime(t *testing.T) {
