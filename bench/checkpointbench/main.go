@@ -66,6 +66,16 @@
 // GODEBUG sets madvdontneed: set madvdontneed=1 to measure Go's default).
 // Each run line reports the system share of the CPU and the minor page
 // faults per record, where eager returns show.
+//
+// Pages touched for the first time are expensive, and more so in a VM
+// whose host takes back the memory its guest frees (virtio-balloon free
+// page reporting, as on the development VM): with -timeline, a run whose
+// heap grew past its earlier peak spent up to 0.85 of a core in the
+// kernel for 9 s, at 130-160 k records/s instead of about 1 M. Before the
+// first run the benchmark therefore touches about as much heap as the
+// memory backend's runs use at most (-prefault-mb), and frees it lazily:
+// later heap growth reuses those pages, which stay the process's until the
+// kernel needs the memory.
 package main
 
 import (
@@ -75,6 +85,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -115,6 +126,7 @@ var (
 	gcPercent    = flag.Int("gc-percent", cmd.DefaultGCPercent, "Go GC percent, as `eddy run --gc-percent` (GOGC, when set, wins)")
 	memLimit     = flag.Int("memlimit", 0, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: what `eddy run` sets (GOMEMLIMIT, or below the container's and the machine's memory)")
 	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
+	prefaultMB   = flag.Int("prefault-mb", -1, "before the first run, touch this much new Go heap once and free it again, MiB (-1: 16 times -state-mb, at most the soft memory limit; 0: none), so that no run pays the first touch of its pages (see the package comment)")
 )
 
 // fatalf reports a failure and exits.
@@ -188,6 +200,13 @@ func main() {
 	fmt.Printf("each run: warm-up until every key has state, then %s measured; an unmeasured round (10s, plus two intervals with checkpoints, each at most %s), then %d round(s) of %s per backend\n\n",
 		*duration, *duration, *runs, strings.Join(modeNames(modes), ", "))
 	begin := time.Now()
+	if n := prefaultSize(); n > 0 {
+		u0 := cputime.ProcessUsage()
+		prefaultHeap(n)
+		u := cputime.ProcessUsage().Sub(u0)
+		fmt.Printf("prefaulted %s of heap: %s, %.1f CPU-s (%.0f%% system), %d page faults\n\n",
+			mib(n), time.Since(begin).Round(100*time.Millisecond), u.CPU.Seconds(), 100*u.System.Seconds()/u.CPU.Seconds(), u.MinorFaults)
+	}
 	for _, backend := range strings.Split(*backendsFlag, ",") {
 		backend = strings.TrimSpace(backend)
 		b := &bench{backend: backend, keys: keys, parent: parent, logger: logger}
@@ -262,6 +281,37 @@ func modeNames(ms []mode) []string {
 // round up to 0.7 of a core, in bursts, when the warm run was 10s).
 func warmRoundDuration(m mode) time.Duration {
 	return 10*time.Second + 2*m.interval
+}
+
+// prefaultSize is the heap that -prefault-mb asks to touch, in bytes.
+func prefaultSize() int64 {
+	if *prefaultMB >= 0 {
+		return int64(*prefaultMB) << 20
+	}
+	// The memory backend peaked at 11-17 GiB of Go memory with 1 GiB of
+	// state, depending on the interval and the priority.
+	return min(int64(*stateMB)<<24, debug.SetMemoryLimit(-1))
+}
+
+// prefaultHeap allocates n bytes of heap, writes a byte of each page, and
+// frees it all, with the collector off meanwhile (a heap grown to the soft
+// limit would make it collect without end).
+func prefaultHeap(n int64) {
+	const chunk = 64 << 20
+	gc := debug.SetGCPercent(-1)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	var chunks [][]byte
+	for got := int64(0); got < n; got += chunk {
+		b := make([]byte, chunk)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		chunks = append(chunks, b)
+	}
+	chunks = nil
+	debug.SetMemoryLimit(limit)
+	debug.SetGCPercent(gc)
+	freeMemory()
 }
 
 func freeMemory() {
@@ -476,27 +526,32 @@ wait:
 }
 
 // sample is the records count at a moment of the measurement window, with
-// the process's CPU time and the part of it the Go runtime estimates the
-// GC took (runtime/metrics), so that a dip shows whether a GC cycle ran.
+// the process's CPU time, its system part, the part the Go runtime
+// estimates the GC took (runtime/metrics) and the busy time of the whole
+// machine, so that a dip shows whether a GC cycle ran, whether the kernel
+// worked for the process (page faults), or for something else (another
+// process, the kernel's own threads: write-back, reclaim).
 type sample struct {
-	t        time.Time
-	n        float64
-	cpu, gcs float64 // seconds
+	t                      time.Time
+	n                      float64
+	cpu, sys, gcs, machine float64 // seconds
 }
 
 var gcCPU = []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
 
 func takeSample(t time.Time, n float64) sample {
 	metrics.Read(gcCPU)
-	return sample{t: t, n: n, cpu: cputime.ProcessUsage().CPU.Seconds(), gcs: gcCPU[0].Value.Float64()}
+	u := cputime.ProcessUsage()
+	return sample{t: t, n: n, cpu: u.CPU.Seconds(), sys: u.System.Seconds(), gcs: gcCPU[0].Value.Float64(), machine: cputime.Machine().Seconds()}
 }
 
 // printTimeline prints, for each period between samples, the records/s,
-// the cores the process used and those the GC used, and the phase of the
-// checkpoint under way at its end: sync (trigger to the last ack), encode
-// (to the first state part's Close), write (to Complete), complete.
+// the cores the process used, of them in the kernel and by the GC, the
+// cores busy on the whole machine, and the phase of the checkpoint under
+// way at its end: sync (trigger to the last ack), encode (to the first
+// state part's Close), write (to Complete), complete.
 func printTimeline(backend, mode string, start sample, samples []sample, cs []ckpt) {
-	fmt.Printf("timeline %s %s:  records/s, cores used by the process, of which by the GC, checkpoint phase\n", backend, mode)
+	fmt.Printf("timeline %s %s:  records/s, cores used by the process (in the kernel, by the GC), cores busy on the machine, checkpoint phase\n", backend, mode)
 	prev := start
 	for _, sm := range samples {
 		phase := ""
@@ -514,7 +569,10 @@ func printTimeline(backend, mode string, start sample, samples []sample, cs []ck
 			}
 		}
 		d := sm.t.Sub(prev.t).Seconds()
-		fmt.Printf("  %+7.2fs %9.0f records/s  %4.2f cores  gc %4.2f  %s\n", sm.t.Sub(start.t).Seconds(), (sm.n-prev.n)/d, (sm.cpu-prev.cpu)/d, (sm.gcs-prev.gcs)/d, phase)
+		rate := func(f func(s sample) float64) float64 { return (f(sm) - f(prev)) / d }
+		fmt.Printf("  %+7.2fs %9.0f records/s  %4.2f cores (kernel %4.2f, gc %4.2f)  machine %4.2f  %s\n", sm.t.Sub(start.t).Seconds(), (sm.n-prev.n)/d,
+			rate(func(s sample) float64 { return s.cpu }), rate(func(s sample) float64 { return s.sys }),
+			rate(func(s sample) float64 { return s.gcs }), rate(func(s sample) float64 { return s.machine }), phase)
 		prev = sm
 	}
 }
