@@ -260,6 +260,10 @@ type boltTable[S any] struct {
 	// checkValue reports whether a record value decodes into S
 	// (valueChecker), on the task goroutine.
 	checkValue func(data []byte) error
+	// decodeValue decodes a loaded record value (valueDecoder): the live
+	// file holds only this process's encodings and restored values that
+	// were checked, each one well-formed data item, as valueDecoder needs.
+	decodeValue func(data []byte, v *S) error
 	// changed holds the records written or deleted since the last
 	// checkpoint's snapshot (the bbolt keys, repeats included), when the
 	// backend is incremental.
@@ -268,7 +272,7 @@ type boltTable[S any] struct {
 
 func newBoltTable[S any](b *Bolt, spec stateSpec, fn tableFuncs[S]) *boltTable[S] {
 	t := &boltTable[S]{b: b, spec: spec, slotTTL: spec.ttl, fn: fn, bucket: []byte(spec.name), cache: map[string]*boltEntry[S]{},
-		appendValue: valueAppender[S](), checkValue: valueChecker[S]()}
+		appendValue: valueAppender[S](), checkValue: valueChecker[S](), decodeValue: valueDecoder[S]()}
 	if spec.kind == KindMap {
 		t.slotTTL = 0
 	}
@@ -284,7 +288,7 @@ func (t *boltTable[S]) Kind() Kind   { return t.spec.kind }
 func (t *boltTable[S]) value(e *boltEntry[S], i int) *boltSlot[S] {
 	p := &e.items[i]
 	if !p.decoded {
-		if err := decMode.Unmarshal(p.raw, &p.v); err != nil {
+		if err := t.decodeValue(p.raw, &p.v); err != nil {
 			t.b.fail(fmt.Errorf("read state %q of key %q from %s: %w", t.spec.name, e.key, t.b.path, errIncompatibleValue(t.spec, e.key, err)))
 		}
 		p.raw, p.decoded = nil, true
