@@ -566,10 +566,8 @@ func printTimeline(backend, mode string, start sample, samples []sample, cs []ck
 			}
 		}
 		d := sm.t.Sub(prev.t).Seconds()
-		rate := func(f func(s sample) float64) float64 { return (f(sm) - f(prev)) / d }
 		fmt.Printf("  %+7.2fs %9.0f records/s  %4.2f cores (kernel %4.2f, gc %4.2f)  machine %4.2f  %s\n", sm.t.Sub(start.t).Seconds(), (sm.n-prev.n)/d,
-			rate(func(s sample) float64 { return s.cpu }), rate(func(s sample) float64 { return s.sys }),
-			rate(func(s sample) float64 { return s.gcs }), rate(func(s sample) float64 { return s.machine }), phase)
+			(sm.cpu-prev.cpu)/d, (sm.sys-prev.sys)/d, (sm.gcs-prev.gcs)/d, (sm.machine-prev.machine)/d, phase)
 		prev = sm
 	}
 }
