@@ -65,8 +65,13 @@ func TestCheckpointPriority(t *testing.T) {
 			require.NoError(t, job.Wait())
 
 			require.Positive(t, store.count(), "checkpoints completed")
-			require.NotEmpty(t, store.nices)
-			for _, n := range store.nices {
+			// Wait returned after every writer ended: they all put
+			// before it, so nices is complete.
+			store.mu.Lock()
+			nices := slices.Clone(store.nices)
+			store.mu.Unlock()
+			require.NotEmpty(t, nices)
+			for _, n := range nices {
 				require.Equal(t, nice, n, "nice value of a thread that wrote a snapshot")
 			}
 			var ns []int

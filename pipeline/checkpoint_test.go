@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +126,79 @@ func TestRestoreRefusesToDropState(t *testing.T) {
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: restored, AllowNonRestoredState: true})
 	require.NoError(t, err)
 	require.NoError(t, job.Wait())
+}
+
+// heldStore holds the Puts of checkpoint 1 until a later checkpoint
+// completed (which subsumes checkpoint 1), then until the job ended or for
+// a while, and counts those that went on once the job had ended.
+type heldStore struct {
+	*memStore
+	started   chan struct{} // closed once job is set
+	job       *pipeline.Job
+	later     chan struct{} // closed when a checkpoint after 1 completed
+	laterOnce sync.Once
+	held      atomic.Int32
+	late      atomic.Int32
+}
+
+func (s *heldStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+	p, err := s.memStore.Begin(id, meta)
+	return &heldPending{PendingCheckpoint: p, s: s, id: id}, err
+}
+
+type heldPending struct {
+	pipeline.PendingCheckpoint
+	s  *heldStore
+	id int64
+}
+
+func (p *heldPending) Put(part string, blob []byte) error {
+	if p.id == 1 {
+		p.s.held.Add(1)
+		<-p.s.started
+		<-p.s.later
+		// No signal says "Wait would have returned by now": the window
+		// is only wide enough that a job which does not wait for this
+		// Put ends inside it (it ends within milliseconds of its final
+		// checkpoint). The test cannot fail because it is slow.
+		select {
+		case <-p.s.job.Done():
+			p.s.late.Add(1)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	return p.PendingCheckpoint.Put(part, blob)
+}
+
+func (p *heldPending) Complete(ctx context.Context) error {
+	err := p.PendingCheckpoint.Complete(ctx)
+	if p.id > 1 {
+		p.s.laterOnce.Do(func() { close(p.s.later) })
+	}
+	return err
+}
+
+// TestJobEndWaitsForSnapshotWriters holds the writes of checkpoint 1 until
+// the final checkpoint completed and subsumed it: the job must not end (nor
+// Wait return) while those writes still run, as the caller closes the
+// store after Wait.
+func TestJobEndWaitsForSnapshotWriters(t *testing.T) {
+	text := strings.Replace(fmt.Sprintf(exactlyOnceText, "exactly_once", 2), "interval: 5ms", "interval: 1ms\n  timeout: 1h", 1)
+	plan, _ := load(t, text)
+	log := newTxnLog()
+	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
+	store := &heldStore{memStore: newMemStore(), started: make(chan struct{}), later: make(chan struct{})}
+	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store})
+	require.NoError(t, err)
+	store.job = job
+	close(store.started)
+	require.NoError(t, job.Wait())
+
+	require.Positive(t, store.held.Load(), "checkpoint 1 wrote parts")
+	require.Zero(t, store.late.Load(), "writes of checkpoint 1 that went on after the job ended")
+	store.mu.Lock()
+	_, completed := store.complete[1]
+	store.mu.Unlock()
+	require.False(t, completed, "checkpoint 1 completed although a later one subsumed it")
+	require.Len(t, log.output(), 3000)
 }

@@ -166,6 +166,11 @@ type coordinator struct {
 	// delete the savepoint's checkpoint before the export reads it.
 	exporting int
 	exported  chan struct{}
+	// writers counts the goroutines writing parts (onAck's, a savepoint's
+	// metadata) that have not reported on written yet: run waits for them
+	// before it returns, so that nothing writes to the store once the job
+	// ended.
+	writers int
 	// exited is closed when run returns.
 	exited chan struct{}
 }
@@ -264,6 +269,7 @@ func (c *coordinator) run() {
 		case a := <-c.acks:
 			c.onAck(a)
 		case w := <-c.written:
+			c.writers--
 			c.onWritten(w)
 		case t := <-c.ended:
 			c.sourcesEnded[t] = true
@@ -290,15 +296,27 @@ func (c *coordinator) run() {
 			c.completeReady()
 			c.startQueued()
 		case <-c.job.cancel:
-			for _, f := range c.pending {
-				_ = f.pending.Abort()
-			}
-			c.finishOpen(fmt.Errorf("%w: it was cancelled or failed", ErrJobEnding))
+			c.exit(fmt.Errorf("%w: it was cancelled or failed", ErrJobEnding))
 			return
 		case <-c.job.tasksEnded:
-			c.finishOpen(fmt.Errorf("%w: it ended before the savepoint completed", ErrJobEnding))
+			c.exit(fmt.Errorf("%w: it ended before the savepoint completed", ErrJobEnding))
 			return
 		}
+	}
+}
+
+// exit ends the coordinator's work when the job ends: the checkpoints in
+// flight will not complete, so they are aborted; the requests not answered
+// get err; and the writers still running (those of a checkpoint aborted
+// before they got to the store) are waited for.
+func (c *coordinator) exit(err error) {
+	for id, f := range c.pending {
+		_ = f.pending.Abort()
+		delete(c.pending, id)
+	}
+	c.finishOpen(err)
+	for ; c.writers > 0; c.writers-- {
+		<-c.written
 	}
 }
 
@@ -370,6 +388,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	if req != nil {
 		blob, err := json.Marshal(c.savepointMeta(meta, final))
 		f.writing++
+		c.writers++
 		go func() {
 			if err == nil {
 				err = p.Put(SavepointMetaPart, blob)
@@ -415,6 +434,7 @@ func (c *coordinator) onAck(a Ack) {
 		parts[wmPart(id, a.Subtask)] = binary.BigEndian.AppendUint64(nil, uint64(wm))
 	}
 	f.writing++
+	c.writers++
 	lowprio.Go(c.spec.Priority == PriorityLow, func() {
 		st, err := writeAck(f.pending, a, parts)
 		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st}
