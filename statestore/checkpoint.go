@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -551,6 +552,9 @@ type PendingCheckpoint struct {
 	files  map[string]string // part name -> file name, of the parts written with Create
 	nfiles int               // files created
 	puts   sync.WaitGroup    // Puts and PartWriters in flight
+	// aborted is set by Abort before it waits for puts: the PartWriters
+	// in flight fail their next write (PartWriter.check).
+	aborted atomic.Bool
 	// bases are the pins CreateDelta took on the bases of delta parts,
 	// released once the checkpoint is complete (its metadata then keeps
 	// them) or failed.
@@ -755,7 +759,9 @@ func (p *PendingCheckpoint) releaseBases() {
 	}
 }
 
-// Abort deletes what the checkpoint wrote, after the Puts in flight. It is
+// Abort deletes what the checkpoint wrote, after the Puts in flight; the
+// streamed parts in flight fail at their next write, so it waits for one
+// write of each, not for the whole part. It is
 // a no-op after a successful Complete (so `defer p.Abort()` is fine) and
 // after another Abort. When the deletion fails, retention deletes the data
 // later.
@@ -770,6 +776,7 @@ func (p *PendingCheckpoint) Abort() error {
 		return fmt.Errorf("abort checkpoint %d: %w: Complete is running", p.id, ErrCheckpointFinished)
 	}
 	p.state = pendingCkptAborted
+	p.aborted.Store(true)
 	p.mu.Unlock()
 	p.puts.Wait()
 	err := p.s.submit(&writeReq{op: wDelete, ids: []int64{p.id}, fault: OpAbort})

@@ -256,8 +256,8 @@ func (w *PartWriter) append(b []byte) error {
 	if w.done {
 		return fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
 	}
-	if w.err != nil {
-		return w.err
+	if err := w.check(); err != nil {
+		return err
 	}
 	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
 	if err == nil {
@@ -275,6 +275,18 @@ func (w *PartWriter) append(b []byte) error {
 	return nil
 }
 
+// check returns what ends the part's writes: a failed write, or the
+// checkpoint's Abort. Abort waits for the part, so its encoder stops at
+// the next blob instead of writing the rest for nothing: the checkpoint
+// is given up fast even when it is being given up for being slow (its
+// timeout), or for a newer one that completed first.
+func (w *PartWriter) check() error {
+	if w.err == nil && w.p.aborted.Load() {
+		w.err = fmt.Errorf("write part %q of checkpoint %d: %w: it was aborted", w.name, w.p.id, ErrCheckpointFinished)
+	}
+	return w.err
+}
+
 // fail records the first failed write; every later Write returns it.
 func (w *PartWriter) fail(err error) error {
 	w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
@@ -289,7 +301,7 @@ func (w *PartWriter) fail(err error) error {
 // After a failed write it returns nil, and the next Write returns the
 // error.
 func (w *PartWriter) Room(n int) []byte {
-	if w.done || w.err != nil {
+	if w.done || w.check() != nil {
 		return nil
 	}
 	if cap(w.buf)-len(w.buf) >= n {
@@ -325,7 +337,7 @@ func (w *PartWriter) Close() error {
 	if w.done {
 		return nil
 	}
-	err := w.err
+	err := w.check()
 	if err == nil {
 		err = w.flush()
 	}

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -403,6 +404,47 @@ func TestCheckpointPartFileAbort(t *testing.T) {
 		w.Abort()
 		require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFailed)
 		require.NoError(t, p.Abort())
+		require.Empty(t, partDirs(t, dir))
+		_, err = s.Latest(context.Background())
+		require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+	})
+}
+
+// Abort does not wait for a streamed part to be written whole: once it
+// started, the part's next write fails (and Room lends nothing, and Close
+// writes nothing), so an encoder stops at its next blob; Abort returns
+// once the writer closed, and removes the part's file.
+func TestCheckpointAbortStopsPartWriters(t *testing.T) {
+	forEachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		require.NoError(t, err)
+		w, err := p.Create("op/agg/0")
+		require.NoError(t, err)
+		blob := bytes.Repeat([]byte("x"), 64)
+		_, err = w.Write(blob)
+		require.NoError(t, err)
+
+		aborted := make(chan error, 1)
+		go func() { aborted <- p.Abort() }()
+		// Nothing signals that Abort started; it marks the checkpoint
+		// before it waits, so write until a write fails. A million
+		// writes (64 MiB) bound the loop should the writes never fail.
+		for i := 0; err == nil; i++ {
+			require.Less(t, i, 1<<20, "the part's writes go on after Abort started")
+			select {
+			case err := <-aborted:
+				t.Fatalf("Abort returned (%v) while a part writer was open", err)
+			default:
+			}
+			_, err = w.Write(blob)
+			runtime.Gosched()
+		}
+		require.ErrorIs(t, err, statestore.ErrCheckpointFinished)
+		require.Nil(t, w.Room(16))
+		require.ErrorIs(t, w.Close(), statestore.ErrCheckpointFinished)
+		require.NoError(t, <-aborted)
 		require.Empty(t, partDirs(t, dir))
 		_, err = s.Latest(context.Background())
 		require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
