@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -149,6 +150,7 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 		return dst, 0, fmt.Errorf("state %q: %w: no bucket", f.spec.name, errRecord)
 	}
 	tomb := []byte{tombstone}
+	seek := sortedSeeker{c: bkt.Cursor()}
 	for _, k := range f.keys[lo:hi] {
 		f.kb = append(f.kb[:0], k...)
 		esc, ns, err := splitKey(f.kb)
@@ -159,7 +161,7 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 		key := f.key
 		raw := tomb
 		var ts int64
-		if rec := bkt.Get(f.kb); rec != nil {
+		if rec := seek.get(f.kb); rec != nil {
 			var v []byte
 			if ts, v, err = splitValue(rec); err != nil {
 				return dst, 0, fmt.Errorf("state %q, record %q: %w", f.spec.name, k, err)
@@ -181,4 +183,42 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 		dst = append(dst, raw...)
 	}
 	return dst, hi - lo, nil
+}
+
+// sortedSeeker reads the records of keys in ascending order through one
+// cursor: a key a record or two after the last one is reached with Next,
+// on the leaf page the cursor is on, instead of a search from the root
+// (Bucket.Get). The keys that change between two checkpoints often lie
+// next to each other (a pipeline that updates its keys in turn); where
+// they are far apart, the steps cost little next to the search.
+type sortedSeeker struct {
+	c      *bolt.Cursor
+	k, v   []byte // the cursor's record; k nil past the last one
+	placed bool
+}
+
+// seekerSteps is how many records get steps past before it searches from
+// the root instead. BenchmarkBoltDeltaEncode: half the keys changed, in
+// one run, cost 410 ns per key against 680 with Get; every tenth key
+// costs the same either way (about 1.1 µs); 8 steps made those 20% slower.
+const seekerSteps = 2
+
+// get returns the value of key k, or nil when there is none; k must not
+// be less than the key of the call before.
+func (s *sortedSeeker) get(k []byte) []byte {
+	for i := 0; s.placed && s.k != nil && bytes.Compare(s.k, k) < 0; i++ {
+		if i == seekerSteps {
+			s.placed = false
+			break
+		}
+		s.k, s.v = s.c.Next()
+	}
+	if !s.placed {
+		s.k, s.v = s.c.Seek(k)
+		s.placed = true
+	}
+	if s.k == nil || !bytes.Equal(s.k, k) {
+		return nil
+	}
+	return s.v
 }
