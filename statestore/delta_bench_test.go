@@ -15,14 +15,11 @@ import (
 // incremental checkpoint of the bbolt backend, per changed key: 200,000
 // keys with a 1 KiB value each (benchMaxPar key groups), a full checkpoint
 // completed, then some keys updated, then the delta written to
-// io.Discard. The changed keys:
+// io.Discard. In run-half the first half of the keys changed, as in a
+// pipeline that updates its keys in turn; in tenth every tenth key did,
+// spread over the whole state.
 //
-//   - run-half: every key of the first half, as a pipeline that updates
-//     its keys in turn changes them between two checkpoints;
-//
-//   - tenth: every tenth key, spread over the whole state.
-//
-//     go test -run XXX -bench BoltDeltaEncode ./statestore/
+//	go test -run XXX -bench BoltDeltaEncode ./statestore/
 func BenchmarkBoltDeltaEncode(b *testing.B) {
 	const n = 200_000
 	for _, tc := range []struct {
