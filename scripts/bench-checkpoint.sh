@@ -13,6 +13,7 @@
 #   scripts/bench-checkpoint.sh -cpuprofile prof                  # prof-<backend>-<mode>.pprof
 #   scripts/bench-checkpoint.sh -backends bbolt,bbolt-incremental -intervals 1s   # full against incremental
 #   scripts/bench-checkpoint.sh -backends memory,memory-incremental -intervals 1s -hot-keys 0.1   # a tenth of the keys updated
+#   scripts/bench-checkpoint.sh -backends memory -intervals 10s -alternate 30s -runs 6   # one job, checkpoints off and on in turn
 #
 # Flags go to bench/checkpointbench (-h lists them). Needs the disk space of
 # about 6x the state (checkpoint store and bbolt live files) and, for the

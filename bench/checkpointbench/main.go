@@ -35,6 +35,13 @@
 // 400 the throughput swings with the collector's cycles (several seconds
 // each), so single runs differ by 20% and more.
 //
+// -alternate 30s measures each interval differently: one job, whose
+// checkpoints are switched off and on in phases of 30s, each phase on
+// against the phases off on either side (alternate.go). The job, its heap
+// and its state are the same throughout, so what drifts between separate
+// runs (the machine's speed, the collector's rhythm, the warm-up) weighs
+// on both sides of a comparison alike.
+//
 // Checkpoints are written to the real bbolt checkpoint store in a temporary
 // directory (-dir). The store and the acks are instrumented: for every
 // checkpoint triggered inside a measurement window (the run goes on,
@@ -126,6 +133,7 @@ var (
 	gcPercent    = flag.Int("gc-percent", cmd.DefaultGCPercent, "Go GC percent, as `eddy run --gc-percent` (GOGC, when set, wins)")
 	memLimit     = flag.Int("memlimit", 0, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: what `eddy run` sets (GOMEMLIMIT, or below the container's and the machine's memory)")
 	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
+	alternate    = flag.Duration("alternate", 0, "instead of separate runs, run each interval as one job whose checkpoints are switched off and on in phases of this length (off, on, off, ..., -runs phases on), each phase on against the phases off beside it (see alternate.go)")
 	prefaultMB   = flag.Int("prefault-mb", -1, "before the first run, touch this much new Go heap once and free it again, MiB (-1: 16 times -state-mb, at most the soft memory limit; 0: none), so that no run pays the first touch of its pages (see the package comment)")
 )
 
@@ -197,8 +205,13 @@ func main() {
 		fmt.Printf(", freed memory returned with %s", adv)
 	}
 	fmt.Println()
-	fmt.Printf("each run: warm-up until every key has state, then %s measured; an unmeasured round (10s, plus two intervals with checkpoints, each at most %s), then %d round(s) of %s per backend\n\n",
-		*duration, *duration, *runs, strings.Join(modeNames(modes), ", "))
+	if *alternate > 0 {
+		fmt.Printf("each interval: one job, warm-up until every key has state, an unmeasured phase with checkpoints, then phases of %s with checkpoints off and on: %d on, %d off\n\n",
+			*alternate, *runs, *runs+1)
+	} else {
+		fmt.Printf("each run: warm-up until every key has state, then %s measured; an unmeasured round (10s, plus two intervals with checkpoints, each at most %s), then %d round(s) of %s per backend\n\n",
+			*duration, *duration, *runs, strings.Join(modeNames(modes), ", "))
+	}
 	begin := time.Now()
 	if n := prefaultSize(); n > 0 {
 		u0 := cputime.ProcessUsage()
@@ -210,6 +223,17 @@ func main() {
 	for _, backend := range strings.Split(*backendsFlag, ",") {
 		backend = strings.TrimSpace(backend)
 		b := &bench{backend: backend, keys: keys, parent: parent, logger: logger}
+		if *alternate > 0 {
+			for _, m := range modes[1:] {
+				rep, err := b.alternate(m)
+				if err != nil {
+					fatalf("%s %s alternating: %v", backend, m.name, err)
+				}
+				freeMemory()
+				fmt.Printf("\n%s\n", rep)
+			}
+			continue
+		}
 		res := map[string][]runResult{}
 		// lastDir keeps the state dir of the last run with checkpoints,
 		// for the restore.
@@ -1020,39 +1044,47 @@ func summary(backend string, modes []mode, res map[string][]runResult) string {
 			fmt.Fprintf(&b, "interval %s: no checkpoint triggered inside a window completed (%d failed)\n", m.name, failed)
 			continue
 		}
-		var ds []time.Duration
-		var sync, enc, write, comp time.Duration
-		var size, sumSize int64
-		deltas := 0
-		for _, c := range cs {
-			sumSize += c.stateBytes
-			if c.deltaParts > 0 {
-				deltas++
-			}
-			ds = append(ds, c.total())
-			sync += c.lastAck.Sub(c.begin)
-			enc += c.encode
-			write += c.write
-			comp += c.done.Sub(c.completeAt)
-			size = max(size, c.stateBytes)
-		}
-		slices.Sort(ds)
-		n := time.Duration(len(cs))
-		var sum time.Duration
-		for _, d := range ds {
-			sum += d
-		}
-		fmt.Fprintf(&b, "interval %s: %d checkpoints, duration p50 %s p99 %s max %s; mean %s = align+sync %s + encode %s + write %s + complete %s (async %.0f%%); state %s\n",
-			m.name, len(cs), pct(ds, 50), pct(ds, 99), ds[len(ds)-1].Round(time.Millisecond), (sum / n).Round(time.Millisecond),
-			(sync / n).Round(time.Millisecond), (enc / n).Round(time.Millisecond), (write / n).Round(time.Millisecond),
-			(comp / n).Round(time.Millisecond), 100*float64(sum-sync)/float64(sum), mib(size))
-		if deltas > 0 {
-			fmt.Fprintf(&b, "interval %s: %d of the %d checkpoints with delta parts; state parts written: mean %s, max %s\n",
-				m.name, deltas, len(cs), mib(sumSize/int64(len(cs))), mib(size))
-		}
+		b.WriteString(durations(m.name, cs))
 		if failed > 0 {
 			fmt.Fprintf(&b, "interval %s: %d checkpoints FAILED\n", m.name, failed)
 		}
+	}
+	return b.String()
+}
+
+// durations reports the checkpoints cs of interval name: how long they
+// took, split into their stages, and how large their state was.
+func durations(name string, cs []ckpt) string {
+	var b strings.Builder
+	var ds []time.Duration
+	var sync, enc, write, comp time.Duration
+	var size, sumSize int64
+	deltas := 0
+	for _, c := range cs {
+		sumSize += c.stateBytes
+		if c.deltaParts > 0 {
+			deltas++
+		}
+		ds = append(ds, c.total())
+		sync += c.lastAck.Sub(c.begin)
+		enc += c.encode
+		write += c.write
+		comp += c.done.Sub(c.completeAt)
+		size = max(size, c.stateBytes)
+	}
+	slices.Sort(ds)
+	n := time.Duration(len(cs))
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	fmt.Fprintf(&b, "interval %s: %d checkpoints, duration p50 %s p99 %s max %s; mean %s = align+sync %s + encode %s + write %s + complete %s (async %.0f%%); state %s\n",
+		name, len(cs), pct(ds, 50), pct(ds, 99), ds[len(ds)-1].Round(time.Millisecond), (sum / n).Round(time.Millisecond),
+		(sync / n).Round(time.Millisecond), (enc / n).Round(time.Millisecond), (write / n).Round(time.Millisecond),
+		(comp / n).Round(time.Millisecond), 100*float64(sum-sync)/float64(sum), mib(size))
+	if deltas > 0 {
+		fmt.Fprintf(&b, "interval %s: %d of the %d checkpoints with delta parts; state parts written: mean %s, max %s\n",
+			name, deltas, len(cs), mib(sumSize/int64(len(cs))), mib(size))
 	}
 	return b.String()
 }
