@@ -389,17 +389,25 @@ func TestCheckpointPartFileLeftovers(t *testing.T) {
 	})
 }
 
+// beginPart opens a store in dir and begins checkpoint 1 with one streamed
+// part.
+func beginPart(t *testing.T, dir string) (*statestore.CheckpointStore, *statestore.PendingCheckpoint, *statestore.PartWriter) {
+	t.Helper()
+	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+	require.NoError(t, err)
+	w, err := p.Create("op/agg/0")
+	require.NoError(t, err)
+	return s, p, w
+}
+
 // Abort of a checkpoint with streamed parts removes their files, and an
 // aborted PartWriter fails its checkpoint.
 func TestCheckpointPartFileAbort(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-		require.NoError(t, err)
-		w, err := p.Create("op/agg/0")
-		require.NoError(t, err)
-		_, err = w.Write([]byte("half"))
+		s, p, w := beginPart(t, dir)
+		_, err := w.Write([]byte("half"))
 		require.NoError(t, err)
 		w.Abort()
 		require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFailed)
@@ -417,13 +425,9 @@ func TestCheckpointPartFileAbort(t *testing.T) {
 func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-		require.NoError(t, err)
-		w, err := p.Create("op/agg/0")
-		require.NoError(t, err)
+		s, p, w := beginPart(t, dir)
 		blob := bytes.Repeat([]byte("x"), 64)
-		_, err = w.Write(blob)
+		_, err := w.Write(blob)
 		require.NoError(t, err)
 
 		aborted := make(chan error, 1)
