@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -148,14 +149,20 @@ func (b *bench) alternate(m mode) (string, error) {
 
 	// measure measures a phase of -alternate from t0 (a moment just
 	// passed): records/s and CPU per record, and its checkpoints.
-	measure := func(on bool, t0 time.Time) (phase, error) {
+	measure := func(i int, on bool, t0 time.Time) (phase, error) {
 		c0, use0 := in(), cputime.ProcessUsage()
+		stop, err := phaseProfile(b.backend, m.name, i, on)
+		if err != nil {
+			return phase{}, err
+		}
 		select {
 		case <-job.Done():
+			stop()
 			return phase{}, ended()
 		case <-time.After(time.Until(t0.Add(*alternate))):
 		}
 		t1, c1, use := time.Now(), in(), cputime.ProcessUsage().Sub(use0)
+		stop()
 		p := phase{on: on, rate: (c1 - c0) / t1.Sub(t0).Seconds(), cpuPerRec: float64(use.CPU.Microseconds()) / (c1 - c0)}
 		if on {
 			p.checkpoints, _ = rec.within(t0, t1)
@@ -184,7 +191,7 @@ func (b *bench) alternate(m mode) (string, error) {
 			}
 			t0 = time.Now()
 		}
-		p, err := measure(on, t0)
+		p, err := measure(i, on, t0)
 		gate.open.Store(false)
 		if err != nil {
 			return "", err
@@ -200,6 +207,32 @@ func (b *bench) alternate(m mode) (string, error) {
 		phases = append(phases, p)
 	}
 	return alternateSummary(b.backend, m, phases), nil
+}
+
+// phaseProfile starts a CPU profile of measured phase i (from 0; none for
+// the unmeasured first phase, -1) with -cpuprofile, to
+// PREFIX-<backend>-<mode>-<i+1>-<on|off>.pprof, and returns the function
+// that stops it. The profiles of the phases on less those of the phases
+// off are what checkpoints cost:
+//
+//	go tool pprof -proto P-*-off.pprof > off.pb.gz
+//	go tool pprof -top -diff_base off.pb.gz P-*-on.pprof
+func phaseProfile(backend, mode string, i int, on bool) (stop func(), err error) {
+	if *cpuProfile == "" || i < 0 {
+		return func() {}, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s-%s-%s-%d-%s.pprof", *cpuProfile, backend, mode, i+1, map[bool]string{true: "on", false: "off"}[on]))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // alternateSummary compares each phase on with the mean of the phases off

@@ -126,7 +126,7 @@ var (
 	cacheEntries = flag.Int("cache-entries", 0, "bbolt backend: state.cache_entries (0: its default)")
 	dirFlag      = flag.String("dir", "", "parent of the temporary state dirs (default: the system's temporary directory)")
 	restoreFlag  = flag.Bool("restore", true, "measure a restore from the last checkpoint of each backend")
-	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
+	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof (with -alternate: of each phase, to PREFIX-<backend>-<mode>-<phase>-<on|off>.pprof)")
 	traceFile    = flag.String("trace", "", "write an execution trace (go tool trace) of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.trace")
 	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
 	timeline     = flag.Duration("timeline", 0, "print the records/s of each such period of each (backend, mode)'s last measurement window, with the checkpoint phase under way")
