@@ -570,16 +570,18 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		var err error
 		dst, n, err = st.appendGroup(dst, gi, s.now, &w.enc)
 		if err != nil {
+			w.enc.sums.truncate(start)
 			return dst[:start], fmt.Errorf("encode key group %d: %w", s.start+gi, err)
 		}
 		if n == 0 {
 			dst = dst[:mark]
+			w.enc.sums.truncate(mark)
 			continue
 		}
-		dst = patchHead(dst, entriesAt, 3, majorArray, uint64(n))
+		dst = patchHead(dst, entriesAt, 3, majorArray, uint64(n), &w.enc.sums)
 		nStates++
 	}
-	dst = patchHead(dst, statesAt, 1, majorArray, uint64(nStates))
+	dst = patchHead(dst, statesAt, 1, majorArray, uint64(nStates), &w.enc.sums)
 	dst = AppendCBORHead(dst, majorUint, 2)
 	timersAt := len(dst)
 	dst = append(dst, 0) // [* timers]
@@ -623,10 +625,11 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		}
 	}
 	if nStates == 0 && nTimers == 0 {
+		w.enc.sums.truncate(start)
 		return dst[:start], nil
 	}
-	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers))
-	dst, w.crc = endBlob(dst, start)
+	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers), &w.enc.sums)
+	dst, w.crc = endBlob(dst, start, &w.enc.sums)
 	return dst, nil
 }
 

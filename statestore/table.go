@@ -771,9 +771,11 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	}
 	n, t := 0, 0
 	_, prefetch := any(*new(S)).(Prefetcher)
+	enc.sums.begin(len(dst))
 	for j, ke := range byKey {
 		if j%prefetchBatch == 0 {
 			f.sink += touchEntries(byKey[j:min(j+prefetchBatch, len(byKey))], prefetch)
+			enc.sums.extend(dst) // the batch before, while it is in cache
 		}
 		k, e := ke.key, ke.e
 		order := enc.order[:0]
@@ -805,6 +807,7 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	for _, tomb := range tombs[t:] {
 		dst = appendTombstone(dst, tomb.key, tomb.ns)
 	}
+	enc.sums.end(dst)
 	return dst, n + len(tombs), nil
 }
 
