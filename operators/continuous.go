@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"unsafe"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/parser"
@@ -495,15 +496,12 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 	return a.row.AppendCBOR(dst)
 }
 
-// Prefetch reads what AppendCBOR will (statestore.Prefetcher).
-func (a *aggRow) Prefetch() uint64 {
-	if a == nil {
-		return 0
+// Prefetch asks for what AppendCBOR reads at depth level
+// (statestore.Prefetcher): 0 the aggRow, then its row's levels.
+func (a *aggRow) Prefetch(level int) {
+	if a != nil {
+		agg.PrefetchHeld(unsafe.Pointer(a), unsafe.Sizeof(*a), a.row, a.raw, level)
 	}
-	if a.row == nil {
-		return uint64(len(a.raw))
-	}
-	return a.row.Prefetch()
 }
 
 var (

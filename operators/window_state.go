@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -119,15 +120,12 @@ func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
 	return statestore.AppendCBORInt(dst, b.maxTime), nil
 }
 
-// Prefetch reads what AppendCBOR will (statestore.Prefetcher).
-func (b *accBox) Prefetch() uint64 {
-	if b == nil {
-		return 0
+// Prefetch asks for what AppendCBOR reads at depth level
+// (statestore.Prefetcher): 0 the box, then its row's levels.
+func (b *accBox) Prefetch(level int) {
+	if b != nil {
+		agg.PrefetchHeld(unsafe.Pointer(b), unsafe.Sizeof(*b), b.row, b.raw, level)
 	}
-	if b.row != nil {
-		return b.row.Prefetch()
-	}
-	return uint64(len(b.raw))
 }
 
 var _ statestore.Prefetcher = (*accBox)(nil)

@@ -6,6 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unsafe"
+
+	"github.com/eddy-stream/eddy/internal/prefetch"
 )
 
 // The memory backend keeps each state in a table: one group per key group,
@@ -574,43 +577,56 @@ type frozenTable[S any] struct {
 	groups      []*group[S]
 	byKey       []keyedEntry[S] // scratch of appendGroup
 	sorted      []keyedEntry[S] // sortKeyed's room, for appendGroup
-	sink        uint64          // a sum of what touchEntries read, so that the compiler keeps the reads
 }
 
-// prefetchBatch is the number of entries appendGroup loads ahead at a time.
+// prefetchBatch is the number of entries appendEntries asks the memory of
+// at a time, a stage ahead of where it encodes (prefetchEntries).
 const prefetchBatch = 16
 
+// PrefetchLevels is the number of levels of pointers behind a value that a
+// snapshot's encoder prefetches (Prefetcher).
+const PrefetchLevels = 5
+
 // Prefetcher is implemented by state values whose snapshot encoding reads
-// memory behind pointers (a window's accumulator reads its row and the
-// values it holds). Prefetch reads that memory and returns anything
-// computed from it. A snapshot's encoder calls it for a batch of entries
-// before it encodes them: the reads of different entries do not depend on
-// each other, so the processor overlaps their cache misses, which the
-// encoding would otherwise wait for one after the other. It runs where
-// AppendCBOR does, and on nil values too. Implement it on pointer types:
-// the encoder converts each value to the interface, which allocates for
-// other types.
+// memory behind pointers (a window's accumulator reads its row, the row its
+// aggregates, an aggregate the string it holds). A snapshot's encoder walks
+// its entries in key order, and each entry's memory is a chain of pointers
+// somewhere in the heap: were it loaded as the encoding reaches it, every
+// link would wait for its cache miss. Instead the encoder asks for the
+// memory of the entries a few batches ahead, one link per batch
+// (package prefetch), so that it arrives while earlier ones are encoded.
+//
+// Prefetch(level) asks for the memory at depth level, from 0 (the value's
+// own object: for a pointer type, what it points to) to PrefetchLevels-1,
+// and may read only the memory of lower levels, which the encoder asked
+// for a batch of entries earlier. It must not write anything, nor fail on
+// a nil value (the encoder calls it for nil values too); at levels deeper
+// than its pointers go it does nothing. It runs where AppendCBOR does.
+// Implement it on pointer types: the encoder converts each value to the
+// interface, which allocates for other types.
 type Prefetcher interface {
-	Prefetch() uint64
+	Prefetch(level int)
 }
 
-// touchEntries reads the entries of batch (with their first slot, when it
-// is e.one) and, with prefetch, what their first values' Prefetch reads, and
-// returns a value made of the reads.
-func touchEntries[S any](batch []keyedEntry[S], prefetch bool) uint64 {
-	var x uint64
-	for i := range batch {
-		x += uint64(len(batch[i].e.items))
+// prefetchEntries asks for the memory of batch's entries at stage s: 0 the
+// entries and their keys' bytes, s > 0 level s-1 of their values
+// (Prefetcher; with values that implement it). An entry with several
+// namespaces keeps its slots in an array of their own, which stage 1 then
+// loads.
+func prefetchEntries[S any](batch []keyedEntry[S], s int) {
+	if s == 0 {
+		for i := range batch {
+			prefetch.Range(unsafe.Pointer(batch[i].e), unsafe.Sizeof(*batch[i].e))
+			prefetch.String(batch[i].key)
+		}
+		return
 	}
-	if !prefetch {
-		return x
-	}
 	for i := range batch {
-		if items := batch[i].e.items; len(items) > 0 {
-			x += any(items[0].v).(Prefetcher).Prefetch()
+		items := batch[i].e.items
+		for j := range items {
+			any(items[j].v).(Prefetcher).Prefetch(s - 1)
 		}
 	}
-	return x
 }
 
 type keyedEntry[S any] struct {
@@ -770,11 +786,28 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		tombs = d.tombs
 	}
 	n, t := 0, 0
-	_, prefetch := any(*new(S)).(Prefetcher)
+	// Before batch b is encoded, stage s (prefetchEntries) of batch
+	// b+stages-s is asked for: the entries stages batches ahead, their
+	// values' last level one batch ahead.
+	stages := 1
+	if _, ok := any(*new(S)).(Prefetcher); ok {
+		stages += PrefetchLevels
+	}
+	batches := (len(byKey) + prefetchBatch - 1) / prefetchBatch
+	ahead := func(b int) {
+		for s := range stages {
+			if a := b + stages - s; a >= 0 && a < batches {
+				prefetchEntries(byKey[a*prefetchBatch:min((a+1)*prefetchBatch, len(byKey))], s)
+			}
+		}
+	}
+	for b := -stages; b < 0; b++ {
+		ahead(b)
+	}
 	enc.sums.begin(len(dst))
 	for j, ke := range byKey {
 		if j%prefetchBatch == 0 {
-			f.sink += touchEntries(byKey[j:min(j+prefetchBatch, len(byKey))], prefetch)
+			ahead(j / prefetchBatch)
 			enc.sums.extend(dst) // the batch before, while it is in cache
 		}
 		k, e := ke.key, ke.e

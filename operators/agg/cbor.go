@@ -8,9 +8,11 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/eddy-stream/eddy/internal/prefetch"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -133,29 +135,49 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 	return b, nil
 }
 
-// prefetchStride is how far apart Prefetch reads a held string's bytes.
-// One read starts the processor's stream prefetcher on the string, which
-// fetches the lines after it; a read of every 64-byte line instead queued
-// 16 misses per 1 KiB string, more than the processor tracks at once, and
-// the encoding of a snapshot with 1 KiB strings per key was 23% slower
-// (`-bench WindowCheckpointState/encode ./operators/`: medians of 6
-// alternating runs, 1276 against 976 ns per key; 512 and 256 in between).
-const prefetchStride = 1024
-
-// Prefetch reads the memory that AppendCBOR will read behind the row's
-// pointers, the held strings' bytes, and returns a value made of it (see
-// statestore.Prefetcher): a byte in every prefetchStride, loads that do
-// not depend on each other.
-func (r *Row) Prefetch() uint64 {
-	var x uint64
-	for i := range r.accs {
-		if s, ok := r.accs[i].v.(string); ok {
-			for j := 0; j < len(s); j += prefetchStride {
-				x += uint64(s[j])
+// Prefetch asks for the memory that AppendCBOR reads at depth level of
+// the row's pointers (statestore.Prefetcher): 0 the row, 1 its aggregates,
+// 2 the string headers of the strings they hold, 3 those strings' bytes.
+// It reads only the memory of lower levels; r may be nil.
+func (r *Row) Prefetch(level int) {
+	if r == nil {
+		return
+	}
+	switch level {
+	case 0:
+		prefetch.Range(unsafe.Pointer(r), unsafe.Sizeof(*r))
+	case 1:
+		if len(r.accs) > 0 {
+			prefetch.Range(unsafe.Pointer(&r.accs[0]), uintptr(len(r.accs))*unsafe.Sizeof(r.accs[0]))
+		}
+	case 2:
+		for i := range r.accs {
+			if _, ok := r.accs[i].v.(string); ok {
+				prefetch.Iface(&r.accs[i].v)
+			}
+		}
+	case 3:
+		for i := range r.accs {
+			if s, ok := r.accs[i].v.(string); ok {
+				prefetch.String(s)
 			}
 		}
 	}
-	return x
+}
+
+// PrefetchHeld is the Prefetch of a state value that holds a row, or
+// before its first use a restored row's encoding raw: level 0 asks for
+// the value's own size bytes at holder, the next levels for the row's
+// levels, or level 1 for raw.
+func PrefetchHeld(holder unsafe.Pointer, size uintptr, r *Row, raw []byte, level int) {
+	switch {
+	case level == 0:
+		prefetch.Range(holder, size)
+	case r != nil:
+		r.Prefetch(level - 1)
+	case level == 1:
+		prefetch.Range(unsafe.Pointer(unsafe.SliceData(raw)), uintptr(len(raw)))
+	}
 }
 
 func appendFloat(b []byte, f float64) []byte {

@@ -17,6 +17,7 @@
 // that owns its key. Specs, once compiled, are shared read-only by all
 // subtasks.
 //
-// agg imports pipeline (expressions, field errors) and no other eddy
-// package; operators and the runtime import agg, never the reverse.
+// agg imports pipeline (expressions, field errors), statestore (the CBOR
+// helpers of its snapshot encoding) and internal/prefetch, and no other
+// eddy package; operators and the runtime import agg, never the reverse.
 package agg

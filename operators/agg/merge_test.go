@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -229,14 +230,24 @@ func TestAccsWithOneObject(t *testing.T) {
 	}
 }
 
-// TestPrefetch: Prefetch reads a byte in every 64 of the strings a row
-// holds, and nothing else.
+// TestPrefetch: Prefetch, at every level, on a nil row, an empty one and
+// one holding strings and other values, changes nothing the row encodes.
 func TestPrefetch(t *testing.T) {
 	specs := mustSpecs(t, "n: count()\nl: last(s)\nf: first(x)")
 	r := NewAccs(specs)
-	require.Equal(t, uint64(0), r.Prefetch())
 	var vm pipeline.VM
-	s := strings.Repeat("\x01", 2*prefetchStride+2) // bytes 0, 1024 and 2048 are read
-	require.NoError(t, r.Add(&vm, rec{"s": s, "x": 5}))
-	require.Equal(t, uint64(3), r.Prefetch())
+	prefetchAll := func() {
+		for level := range statestore.PrefetchLevels {
+			(*Row)(nil).Prefetch(level)
+			r.Prefetch(level)
+		}
+	}
+	prefetchAll()
+	require.NoError(t, r.Add(&vm, rec{"s": strings.Repeat("\x01", 3000), "x": 5}))
+	want, err := r.AppendCBOR(nil)
+	require.NoError(t, err)
+	prefetchAll()
+	got, err := r.AppendCBOR(nil)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
