@@ -124,7 +124,7 @@ type boltFrozenDelta[S any] struct {
 
 func (f *boltFrozenDelta[S]) drop(int) {}
 
-func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
+func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error) {
 	if !f.sorted {
 		for _, c := range f.changed {
 			f.keys = append(f.keys, c...)
@@ -151,6 +151,7 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 	}
 	tomb := []byte{tombstone}
 	seek := sortedSeeker{c: bkt.Cursor()}
+	enc.sums.begin(len(dst))
 	for _, k := range f.keys[lo:hi] {
 		f.kb = append(f.kb[:0], k...)
 		esc, ns, err := splitKey(f.kb)
@@ -181,7 +182,9 @@ func (f *boltFrozenDelta[S]) appendGroup(dst []byte, gi int, now int64, _ *encod
 		dst = append(AppendCBORHead(dst, majorText, uint64(len(ns))), ns...)
 		dst = AppendCBORInt(dst, ts)
 		dst = append(dst, raw...)
+		enc.sums.maybeExtend(dst)
 	}
+	enc.sums.end(dst)
 	return dst, hi - lo, nil
 }
 

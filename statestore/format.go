@@ -111,6 +111,19 @@ func (b *blobSums) extend(dst []byte) {
 	b.open.to = len(dst)
 }
 
+// sumChunk is how many appended bytes maybeExtend lets pile up before it
+// sums them: a few pages, which are still in the nearest caches.
+const sumChunk = 16 << 10
+
+// maybeExtend extends the open span once sumChunk bytes or more were
+// appended since the last extend: for encoders that append an entry at a
+// time without batches of their own (the bbolt backend's).
+func (b *blobSums) maybeExtend(dst []byte) {
+	if len(dst)-b.open.to >= sumChunk {
+		b.extend(dst)
+	}
+}
+
 // end extends the open span to the end of dst and closes it.
 func (b *blobSums) end(dst []byte) {
 	b.extend(dst)

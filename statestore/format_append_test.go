@@ -144,13 +144,32 @@ func TestGrowBuffer(t *testing.T) {
 // key group with 70,000 entries in one state (its count outgrows the 3
 // bytes reserved), with 30 states (the states' count outgrows its byte),
 // with a state whose entries all expired (an empty span, the state cut
-// off again), and a delta.
+// off again), and a delta; with both backends (the bbolt backend sums
+// every sumChunk bytes).
 func TestSnapshotChecksumsFromSpans(t *testing.T) {
+	for _, name := range []string{"memory", "bbolt"} {
+		t.Run(name, func(t *testing.T) { testSnapshotChecksumsFromSpans(t, name) })
+	}
+}
+
+func testSnapshotChecksumsFromSpans(t *testing.T, backend string) {
 	now := int64(1_000_000)
 	opts := Options{KeyGroup: func(k string) int { return int(k[0]) % 2 }, KeyGroups: [2]int{0, 2},
 		Clock: func() int64 { return now }, Incremental: true}
-	b, err := NewMemory(opts)
-	require.NoError(t, err)
+	open := func() IncrementalBackend {
+		t.Helper()
+		var b IncrementalBackend
+		var err error
+		if backend == "memory" {
+			b, err = NewMemory(opts)
+		} else {
+			b, err = NewBolt(BoltOptions{Options: opts, Dir: t.TempDir()})
+		}
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	b := open()
 	big, err := RegisterValue(b, ValueDescriptor[int64]{Name: "big"})
 	require.NoError(t, err)
 	for i := range 70_000 {
@@ -190,8 +209,7 @@ func TestSnapshotChecksumsFromSpans(t *testing.T) {
 	s.Release()
 	b.CheckpointCompleted(1)
 
-	r, err := NewMemory(opts)
-	require.NoError(t, err)
+	r := open()
 	require.NoError(t, r.Restore(blobs...))
 	rbig, err := RegisterValue(r, ValueDescriptor[int64]{Name: "big"})
 	require.NoError(t, err)
@@ -208,8 +226,10 @@ func TestSnapshotChecksumsFromSpans(t *testing.T) {
 		require.Equal(t, v, got, name)
 	}
 
-	// A delta: a few of the entries changed.
-	big.Put("a000007", "", -7)
+	// A delta: a tenth of the entries changed (more than sumChunk bytes).
+	for i := 7; i < 70_000; i += 10 {
+		big.Put(fmt.Sprintf("a%06d", i), "", int64(-i))
+	}
 	small[3].Put("b", "", -3)
 	s, err = b.SnapshotCheckpoint(2)
 	require.NoError(t, err)
