@@ -7,7 +7,7 @@ TEXT ·rangeLines(SB), NOSPLIT, $0-16
 	LEAQ -1(AX)(CX*1), CX // the last byte
 	ANDQ $~63, AX         // the first byte's line
 loop:
-	PREFETCHT0 (AX)
+	PREFETCHT1 (AX)
 	ADDQ $64, AX
 	CMPQ AX, CX
 	JLS  loop
