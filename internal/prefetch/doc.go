@@ -7,12 +7,11 @@
 // encodes the ones whose memory has arrived.
 //
 // A prefetch is a hint: it never faults and never changes what a program
-// computes, only how long its loads take. On amd64 it is PREFETCHT1: into
-// the second-level cache (and the third), not the first, which is small
-// and which the encoder's own writes pass through; it measured faster than
-// PREFETCHT0 and PREFETCHNTA (docs/checkpoints.md, "The encoder prefetches
-// each entry's chain of pointers ahead"). Elsewhere the functions do
-// nothing.
+// computes, only how long its loads take. On amd64 it is PREFETCHT1 (into
+// the second-level cache, not the small first one), which measured faster
+// for the encoder than PREFETCHT0 and PREFETCHNTA (docs/checkpoints.md,
+// "The encoder prefetches each entry's chain of pointers ahead").
+// Elsewhere the functions do nothing.
 //
 // Dependencies: the standard library only. statestore (the snapshot
 // encoder) and operators/agg (the values it encodes) import it.
