@@ -7,6 +7,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/eddy-stream/eddy/internal/hugeheap"
+	"github.com/eddy-stream/eddy/pipeline"
 )
 
 // A stream processor's live heap is small and steady (bounded channels,
@@ -107,4 +110,66 @@ func readMemTotal(path string) (int64, bool) {
 		return n << 10, err == nil && n > 0
 	}
 	return 0, false
+}
+
+// Values of --huge-pages.
+const (
+	keyHugePages   = "huge-pages"
+	hugePagesAuto  = "auto"
+	hugePagesOn    = "on"
+	hugePagesOff   = "off"
+	hugePagesUsage = "back the Go heap with transparent huge pages where the system's THP mode is madvise: auto (when keyed state lives on the heap: the memory backend), on, off"
+)
+
+// wantHugePages reads --huge-pages for a pipeline that keeps keyed state
+// on the heap or not.
+func wantHugePages(setting string, heapState bool) (bool, error) {
+	switch strings.TrimSpace(setting) {
+	case hugePagesAuto, "":
+		return heapState, nil
+	case hugePagesOn:
+		return true, nil
+	case hugePagesOff:
+		return false, nil
+	}
+	return false, invalidInput("huge pages %q: want auto, on or off (--%s or %s)", setting, keyHugePages, envName(keyHugePages))
+}
+
+// ReserveHugePages advises as much heap address space as the soft memory
+// limit for transparent huge pages (hugeheap.Reserve), at most
+// DefaultMemoryLimit (a GOMEMLIMIT above the machine's memory must not
+// become a mapping the kernel refuses), and logs what it did. Call it
+// after TuneMemory, before the pipeline allocates its state. Benchmarks
+// that run pipelines in-process call it too.
+func ReserveHugePages(logger *slog.Logger) hugeheap.Result {
+	limit := debug.SetMemoryLimit(-1)
+	ceiling, ok := DefaultMemoryLimit()
+	if !ok {
+		r := hugeheap.Result{Mode: hugeheap.Mode(), Why: "the machine's memory is unknown"}
+		logger.Debug("heap not advised for huge pages", "thp", r.Mode, "why", r.Why)
+		return r
+	}
+	r := hugeheap.Reserve(min(limit, ceiling))
+	if r.Advised > 0 {
+		logger.Debug("heap advised for huge pages", "thp", r.Mode, "bytes", r.Advised)
+	} else {
+		logger.Debug("heap not advised for huge pages", "thp", r.Mode, "why", r.Why)
+	}
+	return r
+}
+
+// heapKeyedState tells whether the plan keeps keyed state on the Go heap:
+// the memory backend, and a step that partitions its input by key.
+func heapKeyedState(plan *pipeline.Plan) bool {
+	if plan.Spec.State.Backend != "memory" {
+		return false
+	}
+	for _, n := range plan.Nodes {
+		for _, e := range n.Inputs {
+			if e.Partition == pipeline.Hash {
+				return true
+			}
+		}
+	}
+	return false
 }

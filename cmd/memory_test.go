@@ -3,9 +3,12 @@ package cmd
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
 )
 
 func TestMemoryLimit(t *testing.T) {
@@ -85,4 +88,54 @@ func TestGodebugSetting(t *testing.T) {
 	require.Equal(t, "0", v, "the last one wins, as in the runtime")
 	_, ok = godebugSetting("gctrace=1,madvdontneed", "madvdontneed")
 	require.False(t, ok, "a name without a value sets nothing")
+}
+
+func TestWantHugePages(t *testing.T) {
+	for _, c := range []struct {
+		setting   string
+		heapState bool
+		want      bool
+	}{
+		{"auto", true, true},
+		{"auto", false, false},
+		{"", true, true},
+		{"on", false, true},
+		{"off", true, false},
+	} {
+		got, err := wantHugePages(c.setting, c.heapState)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "setting %q, heap state %v", c.setting, c.heapState)
+	}
+	_, err := wantHugePages("yes", true)
+	require.ErrorContains(t, err, `huge pages "yes": want auto, on or off`)
+}
+
+func TestHeapKeyedState(t *testing.T) {
+	plan := func(src string) *pipeline.Plan {
+		spec, err := pipeline.Load(pipeline.Default, "p.yaml", []byte(src))
+		require.NoError(t, err)
+		p, err := pipeline.Compile(spec)
+		require.NoError(t, err)
+		return p
+	}
+	const keyed = `version: 1
+name: p
+sources:
+  - id: in
+    type: generator
+    count: 1
+    fields: {k: "1"}
+steps:
+  - id: per_k
+    key_by: k
+    window: {type: tumbling, size: 1m}
+    aggregate: {n: count()}
+sinks:
+  - id: out
+    type: blackhole
+    from: per_k
+`
+	require.True(t, heapKeyedState(plan(keyed)))
+	require.False(t, heapKeyedState(plan(keyed+"state:\n  backend: bbolt\n")))
+	require.False(t, heapKeyedState(plan(strings.Replace(keyed, "key_by: k\n    window: {type: tumbling, size: 1m}\n    aggregate: {n: count()}", "filter: k == \"1\"", 1))))
 }

@@ -71,6 +71,10 @@
 // Like `eddy run`, the benchmark re-executes itself first so that freed
 // memory goes back to the kernel lazily (GODEBUG madvdontneed=0, unless
 // GODEBUG sets madvdontneed: set madvdontneed=1 to measure Go's default).
+// It also advises the heap up to the soft limit for transparent huge
+// pages, as `eddy run --huge-pages` does for the memory backend (where the
+// THP mode is madvise; -huge-pages=false measures without; the second
+// header line says which).
 // Each run line reports the system share of the CPU and the minor page
 // faults per record, where eager returns show.
 //
@@ -108,6 +112,7 @@ import (
 	"github.com/eddy-stream/eddy/cmd"
 	_ "github.com/eddy-stream/eddy/connectors/all" // generator, blackhole
 	"github.com/eddy-stream/eddy/internal/cputime"
+	"github.com/eddy-stream/eddy/internal/hugeheap"
 	_ "github.com/eddy-stream/eddy/operators" // key_by windows
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -130,6 +135,7 @@ var (
 	traceFile    = flag.String("trace", "", "write an execution trace (go tool trace) of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.trace")
 	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
 	timeline     = flag.Duration("timeline", 0, "print the records/s of each such period of each (backend, mode)'s last measurement window, with the checkpoint phase under way")
+	hugePages    = flag.Bool("huge-pages", true, "advise the heap for transparent huge pages up to the soft memory limit, as `eddy run --huge-pages` does for the memory backend (see internal/hugeheap)")
 	gcPercent    = flag.Int("gc-percent", cmd.DefaultGCPercent, "Go GC percent, as `eddy run --gc-percent` (GOGC, when set, wins)")
 	memLimit     = flag.Int("memlimit", 0, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: what `eddy run` sets (GOMEMLIMIT, or below the container's and the machine's memory)")
 	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
@@ -158,6 +164,10 @@ func main() {
 	cmd.TuneMemory(slog.Default(), *gcPercent)
 	if *memLimit > 0 {
 		debug.SetMemoryLimit(int64(*memLimit) << 20)
+	}
+	var huge hugeheap.Result
+	if *hugePages {
+		huge = cmd.ReserveHugePages(slog.Default())
 	}
 	if *blockProfile != "" {
 		runtime.SetBlockProfileRate(int(time.Millisecond))
@@ -203,6 +213,14 @@ func main() {
 	fmt.Printf("checkpoints: exactly_once, max_concurrent 1, retain 2, to bbolt on disk; Go GC percent %d, memory limit %s", gc, limit)
 	if adv := cmd.ReleaseAdvice(); adv != "" {
 		fmt.Printf(", freed memory returned with %s", adv)
+	}
+	switch {
+	case huge.Advised > 0:
+		fmt.Printf("; THP mode %s, %s of heap advised for huge pages", huge.Mode, mib(huge.Advised))
+	case *hugePages:
+		fmt.Printf("; THP mode %q, heap not advised for huge pages: %s", huge.Mode, huge.Why)
+	default:
+		fmt.Printf("; THP mode %q, heap not advised for huge pages (-huge-pages=false)", hugeheap.Mode())
 	}
 	fmt.Println()
 	if *alternate > 0 {
