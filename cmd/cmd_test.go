@@ -188,7 +188,7 @@ func TestCommands(t *testing.T) {
 			name: "run with a bad huge pages setting",
 			args: []string{"run", "testdata/ok.yaml"},
 			env:  map[string]string{"EDDY_HUGE_PAGES": "maybe"},
-			want: result{code: 2, stderr: "eddy: huge pages \"maybe\": want auto, on or off (--huge-pages or EDDY_HUGE_PAGES)\nRun 'eddy run --help' for usage.\n"},
+			want: result{code: 2, stderr: "eddy: huge pages \"maybe\": want auto, on, off or a size such as 8GiB (--huge-pages or EDDY_HUGE_PAGES)\nRun 'eddy run --help' for usage.\n"},
 		},
 		{
 			name: "run a pipeline that fails",

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/eddy-stream/eddy/connectors/file"
 	"github.com/eddy-stream/eddy/internal/hugeheap"
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -112,44 +113,58 @@ func readMemTotal(path string) (int64, bool) {
 	return 0, false
 }
 
-// Values of --huge-pages.
+// Values of --huge-pages, besides a size.
 const (
 	keyHugePages   = "huge-pages"
 	hugePagesAuto  = "auto"
 	hugePagesOn    = "on"
 	hugePagesOff   = "off"
-	hugePagesUsage = "back the Go heap with transparent huge pages where the system's THP mode is madvise: auto (when keyed state lives on the heap: the memory backend), on, off"
+	hugePagesUsage = "back the Go heap with transparent huge pages where the system's THP mode is madvise: auto (when keyed state lives on the heap: the memory backend), on, off, or a size (e.g. 8GiB) to advise at most that much heap"
+	// ReserveToLimit asks ReserveHugePages for as much heap as the soft
+	// memory limit.
+	ReserveToLimit = -1
 )
 
-// wantHugePages reads --huge-pages for a pipeline that keeps keyed state
-// on the heap or not.
-func wantHugePages(setting string, heapState bool) (bool, error) {
-	switch strings.TrimSpace(setting) {
+// hugePagesReservation reads --huge-pages for a pipeline that keeps keyed
+// state on the heap or not: how much heap to advise, 0 for none or
+// ReserveToLimit.
+func hugePagesReservation(setting string, heapState bool) (int64, error) {
+	switch s := strings.TrimSpace(setting); s {
 	case hugePagesAuto, "":
-		return heapState, nil
+		if heapState {
+			return ReserveToLimit, nil
+		}
+		return 0, nil
 	case hugePagesOn:
-		return true, nil
+		return ReserveToLimit, nil
 	case hugePagesOff:
-		return false, nil
+		return 0, nil
+	default:
+		if n, err := file.ParseByteSize(s); err == nil && n > 0 {
+			return int64(n), nil
+		}
 	}
-	return false, invalidInput("huge pages %q: want auto, on or off (--%s or %s)", setting, keyHugePages, envName(keyHugePages))
+	return 0, invalidInput("huge pages %q: want auto, on, off or a size such as 8GiB (--%s or %s)", setting, keyHugePages, envName(keyHugePages))
 }
 
-// ReserveHugePages advises as much heap address space as the soft memory
-// limit for transparent huge pages (hugeheap.Reserve), at most
-// DefaultMemoryLimit (a GOMEMLIMIT above the machine's memory must not
-// become a mapping the kernel refuses), and logs what it did. Call it
-// after TuneMemory, before the pipeline allocates its state. Benchmarks
-// that run pipelines in-process call it too.
-func ReserveHugePages(logger *slog.Logger) hugeheap.Result {
-	limit := debug.SetMemoryLimit(-1)
+// ReserveHugePages advises up to n bytes of heap address space
+// (ReserveToLimit: the soft memory limit) for transparent huge pages
+// (hugeheap.Reserve), at most DefaultMemoryLimit (a GOMEMLIMIT or size
+// above the machine's memory must not become a mapping the kernel
+// refuses), and logs what it did. Call it after TuneMemory, before the
+// pipeline allocates its state. Benchmarks that run pipelines in-process
+// call it too.
+func ReserveHugePages(logger *slog.Logger, n int64) hugeheap.Result {
 	ceiling, ok := DefaultMemoryLimit()
 	if !ok {
 		r := hugeheap.Result{Mode: hugeheap.Mode(), Why: "the machine's memory is unknown"}
 		logger.Debug("heap not advised for huge pages", "thp", r.Mode, "why", r.Why)
 		return r
 	}
-	r := hugeheap.Reserve(min(limit, ceiling))
+	if n == ReserveToLimit {
+		n = debug.SetMemoryLimit(-1)
+	}
+	r := hugeheap.Reserve(min(n, ceiling))
 	if r.Advised > 0 {
 		logger.Debug("heap advised for huge pages", "thp", r.Mode, "bytes", r.Advised)
 	} else {

@@ -90,24 +90,28 @@ func TestGodebugSetting(t *testing.T) {
 	require.False(t, ok, "a name without a value sets nothing")
 }
 
-func TestWantHugePages(t *testing.T) {
+func TestHugePagesReservation(t *testing.T) {
 	for _, c := range []struct {
 		setting   string
 		heapState bool
-		want      bool
+		want      int64
 	}{
-		{"auto", true, true},
-		{"auto", false, false},
-		{"", true, true},
-		{"on", false, true},
-		{"off", true, false},
+		{"auto", true, ReserveToLimit},
+		{"auto", false, 0},
+		{"", true, ReserveToLimit},
+		{"on", false, ReserveToLimit},
+		{"off", true, 0},
+		{"8GiB", false, 8 << 30},
+		{" 512MiB ", true, 512 << 20},
 	} {
-		got, err := wantHugePages(c.setting, c.heapState)
+		got, err := hugePagesReservation(c.setting, c.heapState)
 		require.NoError(t, err)
 		require.Equal(t, c.want, got, "setting %q, heap state %v", c.setting, c.heapState)
 	}
-	_, err := wantHugePages("yes", true)
-	require.ErrorContains(t, err, `huge pages "yes": want auto, on or off`)
+	for _, bad := range []string{"yes", "0", "-1GiB", "8 parsecs"} {
+		_, err := hugePagesReservation(bad, true)
+		require.ErrorContains(t, err, "want auto, on, off or a size such as 8GiB", bad)
+	}
 }
 
 func TestHeapKeyedState(t *testing.T) {

@@ -97,14 +97,14 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	if err := checkAdminAddr(adminAddr); err != nil {
 		return err
 	}
-	hugePages, err := wantHugePages(o.global.v.GetString(keyHugePages), heapKeyedState(plan))
+	hugePages, err := hugePagesReservation(o.global.v.GetString(keyHugePages), heapKeyedState(plan))
 	if err != nil {
 		return err
 	}
 	logger = logger.With("pipeline", spec.Name)
 	TuneMemory(logger, o.global.v.GetInt(keyGCPercent))
-	if hugePages {
-		ReserveHugePages(logger)
+	if hugePages != 0 {
+		ReserveHugePages(logger, hugePages)
 	}
 	subtasks := 0
 	for _, ch := range plan.Chains {

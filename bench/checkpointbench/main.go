@@ -167,7 +167,7 @@ func main() {
 	}
 	var huge hugeheap.Result
 	if *hugePages {
-		huge = cmd.ReserveHugePages(slog.Default())
+		huge = cmd.ReserveHugePages(slog.Default(), cmd.ReserveToLimit)
 	}
 	if *blockProfile != "" {
 		runtime.SetBlockProfileRate(int(time.Millisecond))

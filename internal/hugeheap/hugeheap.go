@@ -49,7 +49,8 @@ type Result struct {
 // small pages into huge ones (khugepaged), and at most what the kernel
 // maps at once (less than the machine's memory): the runtime cannot
 // survive a refused mapping. Where mappings are limited (strict
-// overcommit, ulimit -v or -d) Reserve does nothing.
+// overcommit, ulimit -v or -d), and in race-enabled builds, Reserve does
+// nothing.
 //
 // Only the first call of a process reserves; later ones return its
 // result. The runtime clears memory it hands out again before reuse, so a

@@ -70,6 +70,9 @@ func reserve(n int64) Result {
 		// where mappings are limited, none is risked.
 		r.Why = "address space or data size limited (ulimit -v or -d)"
 		return r
+	case raceEnabled:
+		r.Why = "race detector (its shadow of the range would cost seconds)"
+		return r
 	}
 	size := hugePageSize()
 	if n < int64(2*size) {

@@ -145,7 +145,7 @@ func TestReserveBacksHeapWithHugePages(t *testing.T) {
 	plain, _, _ := runChild(t, "plain")
 	reserved, advised, why := runChild(t, "reserve")
 	t.Logf("THP mode %q: AnonHugePages %d KiB plain, %d KiB after Reserve (advised %d bytes, %q)", m, plain, reserved, advised, why)
-	if m != "madvise" || strictOvercommit() || limitedAddressSpace() {
+	if m != "madvise" || strictOvercommit() || limitedAddressSpace() || raceEnabled {
 		if advised != 0 || why == "" {
 			t.Fatalf("mode %q: advised %d bytes, why %q; want 0 and a reason", m, advised, why)
 		}
