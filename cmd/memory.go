@@ -119,7 +119,7 @@ const (
 	hugePagesAuto  = "auto"
 	hugePagesOn    = "on"
 	hugePagesOff   = "off"
-	hugePagesUsage = "back the Go heap with transparent huge pages where the system's THP mode is madvise: auto (when keyed state lives on the heap: the memory backend), on, off, or a size (e.g. 8GiB) to advise at most that much heap"
+	hugePagesUsage = "back the Go heap with transparent huge pages where the system's THP mode is madvise: off, on, a size (e.g. 8GiB) to advise at most that much heap, or auto (on when keyed state lives on the heap: the memory backend)"
 	// ReserveToLimit asks ReserveHugePages for as much heap as the soft
 	// memory limit.
 	ReserveToLimit = -1
@@ -130,14 +130,14 @@ const (
 // ReserveToLimit.
 func hugePagesReservation(setting string, heapState bool) (int64, error) {
 	switch s := strings.TrimSpace(setting); s {
-	case hugePagesAuto, "":
+	case hugePagesAuto:
 		if heapState {
 			return ReserveToLimit, nil
 		}
 		return 0, nil
 	case hugePagesOn:
 		return ReserveToLimit, nil
-	case hugePagesOff:
+	case hugePagesOff, "":
 		return 0, nil
 	default:
 		if n, err := file.ParseByteSize(s); err == nil && n > 0 {

@@ -98,7 +98,7 @@ func TestHugePagesReservation(t *testing.T) {
 	}{
 		{"auto", true, ReserveToLimit},
 		{"auto", false, 0},
-		{"", true, ReserveToLimit},
+		{"", true, 0},
 		{"on", false, ReserveToLimit},
 		{"off", true, 0},
 		{"8GiB", false, 8 << 30},

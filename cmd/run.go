@@ -40,7 +40,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
 	fs.Int(keyGCPercent, DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
-	fs.String(keyHugePages, hugePagesAuto, hugePagesUsage+" (env "+envName(keyHugePages)+")")
+	fs.String(keyHugePages, hugePagesOff, hugePagesUsage+" (env "+envName(keyHugePages)+")")
 	bindFlag(o.global.v, fs, keyHugePages)
 	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
 	bindFlag(o.global.v, fs, keyAdminAddr)

@@ -71,10 +71,9 @@
 // Like `eddy run`, the benchmark re-executes itself first so that freed
 // memory goes back to the kernel lazily (GODEBUG madvdontneed=0, unless
 // GODEBUG sets madvdontneed: set madvdontneed=1 to measure Go's default).
-// It also advises the heap up to the soft limit for transparent huge
-// pages, as `eddy run --huge-pages` does for the memory backend (where the
-// THP mode is madvise; -huge-pages=false measures without; the second
-// header line says which).
+// With -huge-pages it also advises the heap up to the soft limit for
+// transparent huge pages, as `eddy run --huge-pages on` does (where the
+// THP mode is madvise; the second header line says which).
 // Each run line reports the system share of the CPU and the minor page
 // faults per record, where eager returns show.
 //
@@ -135,7 +134,7 @@ var (
 	traceFile    = flag.String("trace", "", "write an execution trace (go tool trace) of each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.trace")
 	blockProfile = flag.String("blockprofile", "", "write the block profile (goroutines waiting >= 1ms, cumulative since the start) after each (backend, mode)'s last measurement window to PREFIX-<backend>-<mode>.pprof")
 	timeline     = flag.Duration("timeline", 0, "print the records/s of each such period of each (backend, mode)'s last measurement window, with the checkpoint phase under way")
-	hugePages    = flag.Bool("huge-pages", true, "advise the heap for transparent huge pages up to the soft memory limit, as `eddy run --huge-pages` does for the memory backend (see internal/hugeheap)")
+	hugePages    = flag.Bool("huge-pages", false, "advise the heap for transparent huge pages up to the soft memory limit, as `eddy run --huge-pages on` does (see internal/hugeheap)")
 	gcPercent    = flag.Int("gc-percent", cmd.DefaultGCPercent, "Go GC percent, as `eddy run --gc-percent` (GOGC, when set, wins)")
 	memLimit     = flag.Int("memlimit", 0, "Go soft memory limit, MiB (debug.SetMemoryLimit); 0: what `eddy run` sets (GOMEMLIMIT, or below the container's and the machine's memory)")
 	verbose      = flag.Bool("v", false, "log the runtime's info messages (checkpoint complete, ...)")
