@@ -86,8 +86,8 @@
 // memory backend's runs use at most (-prefault-mb), and frees it lazily:
 // later heap growth reuses those pages, which stay the process's until the
 // kernel needs the memory. On a later development VM the prefault made the
-// memory backend's encoding about half again as expensive with 4 KiB pages
-// (a mean encode of 2.26-2.33 s against 1.44-1.51 s with -prefault-mb 0;
+// memory backend's encoding more expensive with 4 KiB pages (a mean encode
+// of 2.26-2.33 s against 1.44-1.83 s with -prefault-mb 0;
 // docs/checkpoints.md, "The heap in huge pages"): with -alternate, whose
 // warm-up and unmeasured phase take the first touches, -prefault-mb 0 is
 // closer to `eddy run`.
