@@ -14,8 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// childEnv makes the test binary a child process that allocates a fresh
-// heap: "reserve" calls Reserve first, "plain" does not.
+// childEnv makes the test binary a child process with a fresh heap:
+// "reserve" calls Reserve and then allocates, "plain" only allocates,
+// "limited" sets a finite RLIMIT_AS first, "twice" reserves, uses the
+// heap and reserves again (see child).
 const childEnv = "EDDY_HUGEHEAP_CHILD"
 
 const (
@@ -31,7 +33,8 @@ func TestMain(m *testing.M) {
 }
 
 // child allocates touchBytes in 1 KiB objects, writes each, and prints
-// the process's AnonHugePages in KiB and what Reserve said.
+// the process's AnonHugePages in KiB and what Reserve said ("twice"
+// prints the page faults of its second call instead).
 func child(how string) int {
 	var r Result
 	switch how {
