@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/eddy-stream/eddy/internal/cputime"
 )
 
 // childEnv makes the test binary a child process with a fresh heap:
@@ -57,57 +59,41 @@ func child(how string) int {
 	case "twice":
 		r = Reserve(reserveBytes)
 		// Use some of the range, as a pipeline would, and free it.
-		use := make([][]byte, 0, touchBytes>>10)
-		for range touchBytes >> 10 {
-			b := make([]byte, 1<<10)
-			b[0] = 1
-			use = append(use, b)
-		}
-		runtime.KeepAlive(use)
+		runtime.KeepAlive(touch())
 		runtime.GC()
 		// Report the page faults of the second call instead of huge
 		// pages: clearing the range again would fault in every page.
-		f0, err := minorFaults()
-		if err != nil {
-			fmt.Println(err)
-			return 1
-		}
+		before := cputime.ProcessUsage()
 		if again := Reserve(reserveBytes); again != r {
 			fmt.Printf("second Reserve: %+v, first %+v\n", again, r)
 			return 1
 		}
-		f1, err := minorFaults()
-		if err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		fmt.Printf("%d %d %q\n", f1-f0, r.Advised, r.Why)
+		fmt.Printf("%d %d %q\n", cputime.ProcessUsage().Sub(before).MinorFaults, r.Advised, r.Why)
 		return 0
 	}
-	keep := make([][]byte, 0, touchBytes>>10)
-	for range touchBytes >> 10 {
-		b := make([]byte, 1<<10)
-		b[0] = 1
-		keep = append(keep, b)
-	}
+	keep := touch()
 	kb, err := anonHugeKB()
 	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
+	runtime.KeepAlive(keep)
 	fmt.Printf("%d %d %q\n", kb, r.Advised, r.Why)
-	return len(keep) & 0 // keep lives until here
+	return 0
+}
+
+// touch allocates touchBytes in 1 KiB objects and writes each.
+func touch() [][]byte {
+	objs := make([][]byte, 0, touchBytes>>10)
+	for range touchBytes >> 10 {
+		b := make([]byte, 1<<10)
+		b[0] = 1
+		objs = append(objs, b)
+	}
+	return objs
 }
 
 func anonHugeKB() (int64, error) { return procKB("/proc/self/smaps_rollup", "AnonHugePages:") }
-
-func minorFaults() (int64, error) {
-	var u unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &u); err != nil {
-		return 0, err
-	}
-	return u.Minflt, nil
-}
 
 // procKB reads a "Field: N kB" line of a /proc file.
 func procKB(path, field string) (int64, error) {
