@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"iter"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"unsafe"
@@ -616,24 +617,53 @@ type Prefetcher interface {
 func prefetchEntries[S any](batch []keyedEntry[S], s int) {
 	if s == 0 {
 		for i := range batch {
-			prefetch.Range(unsafe.Pointer(batch[i].e), unsafe.Sizeof(*batch[i].e))
-			prefetch.String(batch[i].key)
+			e := batch[i].entry()
+			prefetch.Range(unsafe.Pointer(e), unsafe.Sizeof(*e))
+			prefetch.String(batch[i].key())
 		}
 		return
 	}
 	for i := range batch {
-		items := batch[i].e.items
+		items := batch[i].entry().items
 		for j := range items {
 			any(items[j].v).(Prefetcher).Prefetch(s - 1)
 		}
 	}
 }
 
+// keyedEntry is an entry of a frozen group with its key, as the encoder
+// sorts and walks them. It holds the addresses of the key's bytes and of
+// the entry, not Go pointers: while the collector marks, every store of a
+// pointer into memory runs a write barrier, and a key group's entries are
+// collected from its map, moved by each pass of the radix sort and copied
+// back (with pointers, the barriers took 4–13% of the encoding's CPU in the
+// pipeline: docs/checkpoints.md, "Key groups sorted without write
+// barriers"). The frozen group's map, which the encoder holds until the
+// group is encoded, keeps both objects alive and is never written (a
+// write copies the group first), and Go's collector does not move objects.
 type keyedEntry[S any] struct {
-	key string
-	e   *keyEntry[S]
-	pre uint64 // keyPrefix of the key after the bytes its group's keys share (sortKeyed)
+	pre  uint64 // keyPrefix of the key after the bytes its group's keys share (sortKeyed)
+	kp   uintptr
+	klen int
+	ep   uintptr
 }
+
+func newKeyedEntry[S any](key string, e *keyEntry[S]) keyedEntry[S] {
+	return keyedEntry[S]{kp: uintptr(unsafe.Pointer(unsafe.StringData(key))), klen: len(key),
+		ep: uintptr(unsafe.Pointer(e))}
+}
+
+// key returns the entry's key, which the group's map keeps alive.
+func (k *keyedEntry[S]) key() string {
+	return unsafe.String((*byte)(addressed(&k.kp)), k.klen)
+}
+
+// entry returns the entry, which the group's map keeps alive.
+func (k *keyedEntry[S]) entry() *keyEntry[S] { return (*keyEntry[S])(addressed(&k.ep)) }
+
+// addressed returns the pointer whose address a holds. The object must be
+// kept alive by a pointer elsewhere (keyedEntry).
+func addressed(a *uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(a)) }
 
 // keyPrefix returns the first 8 bytes of key as a big-endian number, zeros
 // after a shorter key's end: a < b when keyPrefix(a) < keyPrefix(b), and
@@ -651,13 +681,69 @@ func keyPrefix(key string) uint64 {
 	return p
 }
 
+// setPrefixes sets each entry's pre to keyPrefix of its key after the
+// bytes all the keys share. Each key's bytes are a cache miss of their own
+// (they lie wherever the key was allocated), so it reads each key once,
+// its first 16 bytes, keeping the second 8 in tmp[i].pre meanwhile, which
+// is enough when the keys share at most 8 bytes (a type tag and the high
+// zero bytes of small numbers); keys that share more are read again.
+func setPrefixes[S any](es, tmp []keyedEntry[S]) {
+	shared := 16
+	f0, f1 := uint64(0), uint64(0)
+	for i := range es {
+		k := es[i].key()
+		p0, p1 := keyPrefix(k), keyPrefix(k[min(8, len(k)):])
+		es[i].pre, tmp[i].pre = p0, p1
+		if i == 0 {
+			f0, f1 = p0, p1
+		}
+		shared = min(shared, len(k), sharedBytes(p0, p1, f0, f1))
+	}
+	switch {
+	case shared == 0:
+	case shared < 8:
+		for i := range es {
+			es[i].pre = es[i].pre<<(8*shared) | tmp[i].pre>>(64-8*shared)
+		}
+	case shared == 8:
+		for i := range es {
+			es[i].pre = tmp[i].pre
+		}
+	default:
+		first := es[0].key()
+		all := len(first)
+		for i := 1; i < len(es) && all > 8; i++ {
+			k := es[i].key()
+			n := min(all, len(k))
+			j := 8
+			for j < n && k[j] == first[j] {
+				j++
+			}
+			all = j
+		}
+		for i := range es {
+			es[i].pre = keyPrefix(es[i].key()[all:])
+		}
+	}
+}
+
+// sharedBytes returns the number of leading bytes that two 16-byte key
+// prefixes (a0, a1 and b0, b1, as keyPrefix returns them) have alike; 16
+// when they are equal.
+func sharedBytes(a0, a1, b0, b1 uint64) int {
+	if x := a0 ^ b0; x != 0 {
+		return bits.LeadingZeros64(x) / 8
+	}
+	return 8 + bits.LeadingZeros64(a1^b1)/8
+}
+
 // compareKeyed orders entries by key, given prefixes (pre) taken at the
 // same offset of keys that share the bytes before it.
 func compareKeyed[S any](a, b keyedEntry[S]) int {
 	if c := cmp.Compare(a.pre, b.pre); c != 0 {
 		return c
 	}
-	return strings.Compare(a.key, b.key)
+	return strings.Compare(a.key(), b.key())
 }
 
 // radixSortMin is the number of entries from which sortKeyed sorts with a
@@ -676,19 +762,10 @@ func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
 	if len(es) < 2 {
 		return scratch
 	}
-	shared := len(es[0].key)
-	for i := 1; i < len(es) && shared > 0; i++ {
-		k := es[i].key
-		n := min(shared, len(k))
-		j := 0
-		for j < n && k[j] == es[0].key[j] {
-			j++
-		}
-		shared = j
+	if cap(scratch) < len(es) {
+		scratch = make([]keyedEntry[S], len(es))
 	}
-	for i := range es {
-		es[i].pre = keyPrefix(es[i].key[shared:])
-	}
+	setPrefixes(es, scratch[:len(es)])
 	if len(es) < radixSortMin {
 		slices.SortFunc(es, compareKeyed[S])
 		return scratch
@@ -699,9 +776,6 @@ func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
 		for b := range 8 {
 			counts[b][byte(p>>(8*b))]++
 		}
-	}
-	if cap(scratch) < len(es) {
-		scratch = make([]keyedEntry[S], len(es))
 	}
 	src, dst := es, scratch[:len(es)]
 	for b := range 8 {
@@ -723,7 +797,6 @@ func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
 	if &src[0] != &es[0] {
 		copy(es, src)
 	}
-	clear(scratch[:len(es)]) // no pointers kept past the snapshot
 	// Entries with equal prefixes, in the order they came in: by key.
 	for i := 0; i < len(es); {
 		j := i + 1
@@ -741,11 +814,8 @@ func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
 func (f *frozenTable[S]) name() string { return f.spec.name }
 func (f *frozenTable[S]) kind() Kind   { return f.spec.kind }
 
-// drop forgets group index gi, and the scratch's pointers to its entries.
-func (f *frozenTable[S]) drop(gi int) {
-	f.groups[gi] = nil
-	clear(f.byKey)
-}
+// drop forgets group index gi.
+func (f *frozenTable[S]) drop(gi int) { f.groups[gi] = nil }
 
 // appendGroup appends the unexpired entries of group index gi, sorted by
 // key and namespace, to dst and returns it with their number.
@@ -773,11 +843,11 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	// The entries with their keys, so that each is looked up once.
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
-		byKey = append(byKey, keyedEntry[S]{k, e, 0})
+		byKey = append(byKey, newKeyedEntry(k, e))
 	}
 	if d != nil {
 		// A loop of its own: the entries' reads overlap.
-		byKey = slices.DeleteFunc(byKey, func(ke keyedEntry[S]) bool { return ke.e.mod <= d.since })
+		byKey = slices.DeleteFunc(byKey, func(ke keyedEntry[S]) bool { return ke.entry().mod <= d.since })
 	}
 	f.sorted = sortKeyed(byKey, f.sorted)
 	f.byKey = byKey
@@ -805,12 +875,12 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		ahead(b)
 	}
 	enc.sums.begin(len(dst))
-	for j, ke := range byKey {
+	for j := range byKey {
 		if j%prefetchBatch == 0 {
 			ahead(j / prefetchBatch)
 			enc.sums.extend(dst) // the batch before, while it is in cache
 		}
-		k, e := ke.key, ke.e
+		k, e := byKey[j].key(), byKey[j].entry()
 		order := enc.order[:0]
 		for i := range e.items {
 			order = append(order, int32(i))

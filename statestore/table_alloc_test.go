@@ -245,8 +245,8 @@ func TestKeyPrefixOrder(t *testing.T) {
 	sign := func(c int) int { return min(max(c, -1), 1) }
 	for range 200_000 {
 		a, b := key(), key()
-		ka := keyedEntry[int]{key: a, pre: keyPrefix(a)}
-		kb := keyedEntry[int]{key: b, pre: keyPrefix(b)}
+		ka, kb := newKeyedEntry[int](a, nil), newKeyedEntry[int](b, nil)
+		ka.pre, kb.pre = keyPrefix(a), keyPrefix(b)
 		require.Equal(t, strings.Compare(a, b), sign(compareKeyed(ka, kb)), "%q against %q", a, b)
 	}
 }
@@ -254,8 +254,7 @@ func TestKeyPrefixOrder(t *testing.T) {
 // TestSortKeyed: sortKeyed orders entries as their keys' bytes do, with
 // each entry's value moving with its key, for sets below and above the
 // radix sort's size, keys that share long prefixes or none, keys that
-// are prefixes of each other, and many keys with equal prefixes; its
-// scratch keeps no entry.
+// are prefixes of each other, and many keys with equal prefixes.
 func TestSortKeyed(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	randomKey := func(alphabet []byte, maxLen int) string {
@@ -275,34 +274,34 @@ func TestSortKeyed(t *testing.T) {
 		},
 		"prefixes of each other": func(i int) string { return strings.Repeat("\x00", i%40) + strings.Repeat("x", i/40) },
 		"equal first 8 bytes":    func(int) string { return "\x01\x02\x03\x04\x05\x06\x07\x08" + randomKey([]byte{0, 7, 0xff}, 4) },
+		"equal first 9 bytes":    func(int) string { return "\x01\x02\x03\x04\x05\x06\x07\x08\x09" + randomKey([]byte{0, 7, 0xff}, 9) },
+		"equal first 20 bytes":   func(int) string { return strings.Repeat("k", 20) + randomKey([]byte{0, 7, 0xff}, 9) },
 	}
 	var scratch []keyedEntry[int]
 	for name, gen := range gens {
 		for _, n := range []int{0, 1, 2, 3, 50, radixSortMin - 1, radixSortMin, 1000, 7700} {
+			// owner keeps the keys and entries alive, as a group's map does.
+			owner := map[*keyEntry[int]]string{}
 			seen := map[string]bool{}
 			var es []keyedEntry[int]
+			var want []string
 			for i := 0; len(es) < n && i < 50*n; i++ {
 				k := gen(i)
 				if seen[k] {
 					continue
 				}
 				seen[k] = true
-				es = append(es, keyedEntry[int]{key: k, e: &keyEntry[int]{items: make([]slot[int], 1)}})
+				e := &keyEntry[int]{items: make([]slot[int], 1)}
+				owner[e] = k
+				es = append(es, newKeyedEntry(k, e))
+				want = append(want, k)
 			}
-			owner := map[*keyEntry[int]]string{}
-			for _, e := range es {
-				owner[e.e] = e.key
-			}
-			want := slices.Clone(es)
-			slices.SortFunc(want, func(a, b keyedEntry[int]) int { return strings.Compare(a.key, b.key) })
+			slices.Sort(want)
 			scratch = sortKeyed(es, scratch)
 			require.Len(t, es, len(want))
 			for i := range es {
-				require.Equal(t, want[i].key, es[i].key, "%s, %d keys: entry %d", name, n, i)
-				require.Equal(t, es[i].key, owner[es[i].e], "%s, %d keys: the value moved with its key", name, n)
-			}
-			for _, e := range scratch[:cap(scratch)] {
-				require.Nil(t, e.e, "%s, %d keys: the scratch keeps no entry", name, n)
+				require.Equal(t, want[i], es[i].key(), "%s, %d keys: entry %d", name, n, i)
+				require.Equal(t, es[i].key(), owner[es[i].entry()], "%s, %d keys: the value moved with its key", name, n)
 			}
 		}
 	}
