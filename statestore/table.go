@@ -658,6 +658,11 @@ func (k *keyedEntry[S]) key() string {
 	return unsafe.String((*byte)(addressed(&k.kp)), k.klen)
 }
 
+// prefetchKey asks for the key's first 16 bytes (setPrefixes).
+func (k *keyedEntry[S]) prefetchKey() {
+	prefetch.Range(addressed(&k.kp), uintptr(min(k.klen, 16)))
+}
+
 // entry returns the entry, which the group's map keeps alive.
 func (k *keyedEntry[S]) entry() *keyEntry[S] { return (*keyEntry[S])(addressed(&k.ep)) }
 
@@ -690,7 +695,13 @@ func keyPrefix(key string) uint64 {
 func setPrefixes[S any](es, tmp []keyedEntry[S]) {
 	shared := 16
 	f0, f1 := uint64(0), uint64(0)
+	for i := range min(keyReadAhead, len(es)) {
+		es[i].prefetchKey()
+	}
 	for i := range es {
+		if j := i + keyReadAhead; j < len(es) {
+			es[j].prefetchKey()
+		}
 		k := es[i].key()
 		p0, p1 := keyPrefix(k), keyPrefix(k[min(8, len(k)):])
 		es[i].pre, tmp[i].pre = p0, p1
@@ -726,6 +737,10 @@ func setPrefixes[S any](es, tmp []keyedEntry[S]) {
 		}
 	}
 }
+
+// keyReadAhead is how many keys ahead setPrefixes asks for a key's bytes,
+// so that the cache misses of several keys are under way at once.
+const keyReadAhead = 16
 
 // sharedBytes returns the number of leading bytes that two 16-byte key
 // prefixes (a0, a1 and b0, b1, as keyPrefix returns them) have alike; 16
