@@ -721,9 +721,10 @@ func setPrefixes[S any](es, tmp []keyedEntry[S]) {
 			es[i].pre = tmp[i].pre
 		}
 	default:
+		// Every key shares more than 8 bytes with the first: compare from there.
 		first := es[0].key()
 		all := len(first)
-		for i := 1; i < len(es) && all > 8; i++ {
+		for i := 1; i < len(es); i++ {
 			k := es[i].key()
 			n := min(all, len(k))
 			j := 8
