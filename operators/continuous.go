@@ -500,7 +500,7 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 // (statestore.Prefetcher): 0 the aggRow, then its row's levels.
 func (a *aggRow) Prefetch(level int) {
 	if a != nil {
-		agg.PrefetchHeld(unsafe.Pointer(a), unsafe.Sizeof(*a), a.row, a.raw, level)
+		agg.PrefetchHeld(unsafe.Pointer(a), unsafe.Sizeof(*a), &a.row, &a.raw, level)
 	}
 }
 

@@ -641,14 +641,24 @@ sinks:
 }
 
 // BenchmarkContinuousAggregate folds records of 10,000 keys into count() and
-// sum(x), in batches of 1024: the steady state of a busy continuous
-// aggregate (every record updates a row and emits a -U/+U pair).
+// sum(x), and with last(s) of a string as well, in batches of 1024: the
+// steady state of a busy continuous aggregate (every record updates a row
+// and emits a -U/+U pair).
 func BenchmarkContinuousAggregate(b *testing.B) {
+	for _, c := range []struct{ name, aggregate string }{
+		{"count,sum", "{n: count(), total: sum(x)}"},
+		{"count,sum,last", "{n: count(), total: sum(x), s: last(s)}"},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchContinuous(b, c.aggregate) })
+	}
+}
+
+func benchContinuous(b *testing.B, aggregate string) {
 	const keys = 10_000
-	h := newKeyedHarness(b, stepYAML("key_by: id\n    aggregate: {n: count(), total: sum(x)}"))
+	h := newKeyedHarness(b, stepYAML("key_by: id\n    aggregate: "+aggregate))
 	all := make([]pipeline.Record, keys)
 	for i := range all {
-		all[i] = h.rec(int64(i), fields{"id": fmt.Sprintf("sensor-%d", i), "x": i % 100})
+		all[i] = h.rec(int64(i), fields{"id": fmt.Sprintf("sensor-%d", i), "x": i % 100, "s": fmt.Sprintf("status-%d", i%7)})
 	}
 	batch := make([]pipeline.Record, benchBatch)
 	discard := pipeline.EmitterFunc(func([]pipeline.Record) error { return nil })

@@ -124,7 +124,7 @@ func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
 // (statestore.Prefetcher): 0 the box, then its row's levels.
 func (b *accBox) Prefetch(level int) {
 	if b != nil {
-		agg.PrefetchHeld(unsafe.Pointer(b), unsafe.Sizeof(*b), b.row, b.raw, level)
+		agg.PrefetchHeld(unsafe.Pointer(b), unsafe.Sizeof(*b), &b.row, (*[]byte)(&b.raw), level)
 	}
 }
 

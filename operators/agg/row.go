@@ -3,6 +3,7 @@ package agg
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -29,9 +30,38 @@ type acc struct {
 	n   int64
 	sum int128 // sum, avg: the integer inputs, exactly
 	fs  kahan  // sum, avg: the float inputs
-	nf  int64  // sum, avg: how many of the n inputs were floats
+	nf  int64  // sum, avg: how many of the n inputs were floats; min, max, first, last: a string value's length
 	v   any    // min, max, first, last: the value; reduce: the accumulator
-	x   *extra // collect, count_distinct
+	// x is collect's and count_distinct's *extra (ext), and for min, max,
+	// first and last holding a string that string's bytes (hold).
+	x unsafe.Pointer
+}
+
+// ext returns the list or set of collect or count_distinct.
+func (a *acc) ext() *extra { return (*extra)(a.x) }
+
+// hold makes v the value of min, max, first or last. A string's bytes are
+// also kept in x and its length in nf: an interface holding a string points
+// to the string's header, an object of its own somewhere on the heap, and a
+// snapshot's encoder that read the bytes through it would wait for a cache
+// miss more for every row (heldString).
+func (a *acc) hold(v any) {
+	a.v, a.x, a.nf = v, nil, 0
+	if s, ok := v.(string); ok {
+		a.x, a.nf = unsafe.Pointer(unsafe.StringData(s)), int64(len(s))
+	}
+}
+
+// holdFrom makes o's value a's (min, max, first, last).
+func (a *acc) holdFrom(o *acc) { a.v, a.x, a.nf = o.v, o.x, o.nf }
+
+// heldString returns the string that min, max, first or last hold, read
+// through x without the interface's header, and whether they hold one.
+func (a *acc) heldString() (string, bool) {
+	if _, ok := a.v.(string); !ok {
+		return "", false
+	}
+	return unsafe.String((*byte)(a.x), a.nf), true
 }
 
 type extra struct {
@@ -143,10 +173,10 @@ func (r *Row) cloneInto(c *Row) {
 	c.specs, c.ok, c.rows = r.specs, r.ok, r.rows
 	copy(c.accs, r.accs)
 	for i := range c.accs {
-		x := c.accs[i].x
-		if x == nil {
+		if f := r.specs[i].Func; f != FuncCollect && f != FuncCountDistinct {
 			continue
 		}
+		x := c.accs[i].ext()
 		nx := &extra{list: slices.Clone(x.list), pos: x.pos}
 		if x.set != nil {
 			nx.set = make(map[string]*int64, len(x.set))
@@ -155,7 +185,7 @@ func (r *Row) cloneInto(c *Row) {
 				nx.set[k] = &n
 			}
 		}
-		c.accs[i].x = nx
+		c.accs[i].x = unsafe.Pointer(nx)
 	}
 }
 
@@ -174,19 +204,21 @@ func (r *Row) Reset() {
 			}
 		case FuncCollect:
 			if x != nil {
+				x := (*extra)(x)
 				clear(x.list)
 				x.list = x.list[:0]
-				a.x = x
+				a.x = unsafe.Pointer(x)
 			} else {
-				a.x = &extra{}
+				a.x = unsafe.Pointer(&extra{})
 			}
 		case FuncCountDistinct:
 			if x != nil {
+				x := (*extra)(x)
 				clear(x.set)
 				x.pos = 0
-				a.x = x
+				a.x = unsafe.Pointer(x)
 			} else {
-				a.x = &extra{set: map[string]*int64{}}
+				a.x = unsafe.Pointer(&extra{set: map[string]*int64{}})
 			}
 		}
 	}
@@ -306,22 +338,24 @@ func (a *acc) add(f Func, v any) {
 		}
 	case FuncMin:
 		if a.n == 0 || compare(v, a.v) < 0 {
-			a.v = v
+			a.hold(v)
 		}
 	case FuncMax:
 		if a.n == 0 || compare(v, a.v) > 0 {
-			a.v = v
+			a.hold(v)
 		}
 	case FuncFirst:
 		if a.n == 0 {
-			a.v = v
+			a.hold(v)
 		}
-	case FuncLast, FuncReduce:
+	case FuncLast:
+		a.hold(v)
+	case FuncReduce:
 		a.v = v
 	case FuncCollect:
-		a.x.list = append(a.x.list, v)
+		a.ext().list = append(a.ext().list, v)
 	case FuncCountDistinct:
-		a.x.addKey(v, 1)
+		a.ext().addKey(v, 1)
 	}
 	a.n++
 }
@@ -400,7 +434,7 @@ func (r *Row) Retract(vm *pipeline.VM, fields map[string]any) error {
 		}
 		j := -1
 		if s := &r.specs[i]; s.Func == FuncCollect && v != nil {
-			if j = indexEqual(r.accs[i].x.list, v); j < 0 {
+			if j = indexEqual(r.accs[i].ext().list, v); j < 0 {
 				return fmt.Errorf("%w: aggregate %s: %s holds no %s", ErrRetractMissing, s.Name, s.Source, describe(v))
 			}
 		}
@@ -429,9 +463,9 @@ func (a *acc) retract(f Func, v any, j int) {
 			a.nf--
 		}
 	case FuncCollect:
-		a.x.list = slices.Delete(a.x.list, j, j+1)
+		a.ext().list = slices.Delete(a.ext().list, j, j+1)
 	case FuncCountDistinct:
-		a.x.addKey(v, -1)
+		a.ext().addKey(v, -1)
 	}
 	a.n--
 	if (f == FuncSum || f == FuncAvg) && a.nf == 0 {
@@ -528,27 +562,27 @@ func (a *acc) merge(f Func, o *acc, v any) {
 		a.nf += o.nf
 	case FuncMin:
 		if o.n > 0 && (a.n == 0 || compare(o.v, a.v) < 0) {
-			a.v = o.v
+			a.holdFrom(o)
 		}
 	case FuncMax:
 		if o.n > 0 && (a.n == 0 || compare(o.v, a.v) > 0) {
-			a.v = o.v
+			a.holdFrom(o)
 		}
 	case FuncFirst:
 		if a.n == 0 && o.n > 0 {
-			a.v = o.v
+			a.holdFrom(o)
 		}
 	case FuncLast:
 		if o.n > 0 {
-			a.v = o.v
+			a.holdFrom(o)
 		}
 	case FuncReduce:
 		a.v = v
 	case FuncCollect:
-		a.x.list = append(a.x.list, o.x.list...)
+		a.ext().list = append(a.ext().list, o.ext().list...)
 	case FuncCountDistinct:
-		for k, m := range o.x.set {
-			a.x.mergeKey(k, *m)
+		for k, m := range o.ext().set {
+			a.ext().mergeKey(k, *m)
 		}
 	}
 	a.n += o.n
@@ -589,12 +623,12 @@ func (a *acc) result(f Func) any {
 		}
 		return a.floatSum() / float64(a.n)
 	case FuncCollect:
-		if len(a.x.list) == 0 {
+		if len(a.ext().list) == 0 {
 			return []any{}
 		}
-		return slices.Clone(a.x.list)
+		return slices.Clone(a.ext().list)
 	case FuncCountDistinct:
-		return a.x.pos
+		return a.ext().pos
 	}
 	return a.v
 }
