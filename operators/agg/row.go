@@ -177,6 +177,9 @@ func (r *Row) cloneInto(c *Row) {
 			continue
 		}
 		x := c.accs[i].ext()
+		if x == nil {
+			continue
+		}
 		nx := &extra{list: slices.Clone(x.list), pos: x.pos}
 		if x.set != nil {
 			nx.set = make(map[string]*int64, len(x.set))
