@@ -206,8 +206,7 @@ func (r *Row) Reset() {
 				a.v = r.specs[i].c.init
 			}
 		case FuncCollect:
-			if x != nil {
-				x := (*extra)(x)
+			if x := (*extra)(x); x != nil {
 				clear(x.list)
 				x.list = x.list[:0]
 				a.x = unsafe.Pointer(x)
@@ -215,8 +214,7 @@ func (r *Row) Reset() {
 				a.x = unsafe.Pointer(&extra{})
 			}
 		case FuncCountDistinct:
-			if x != nil {
-				x := (*extra)(x)
+			if x := (*extra)(x); x != nil {
 				clear(x.set)
 				x.pos = 0
 				a.x = unsafe.Pointer(x)
