@@ -233,6 +233,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 			}
 			break
 		}
+		metrics.Restarted()
 		logger.Warn("pipeline failed: restarting from the latest checkpoint", "err", runErr.Error(), "restart", attempt, "delay", delay)
 		select {
 		case <-time.After(delay):

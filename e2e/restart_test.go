@@ -1,26 +1,26 @@
 package e2e_test
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestRestartStrategy runs a checkpointed pipeline whose record 500 always
-// fails (on_error: fail): with fixed_delay and 2 attempts the process
-// restarts the job twice from its latest checkpoint, then gives up with
-// exit 1, and every restart resumes after what was already committed.
-func TestRestartStrategy(t *testing.T) {
-	work := t.TempDir()
-	file := filepath.Join(work, "restart.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(`
+// restartText is a checkpointed generator into a file sink whose record
+// 500 always fails (on_error: fail); the %s is the pipeline name, the %d
+// and the second %s the fixed_delay strategy's attempts and delay.
+const restartText = `
 version: 1
-name: restarts
+name: %s
 checkpoint: { interval: 20ms }
-restart: { strategy: fixed_delay, attempts: 2, delay: 10ms }
+restart: { strategy: fixed_delay, attempts: %d, delay: %s }
 sources:
   - id: nums
     type: generator
@@ -37,7 +37,16 @@ sinks:
   - id: out
     type: file
     path: out/
-`), 0o644))
+`
+
+// TestRestartStrategy runs a checkpointed pipeline whose record 500 always
+// fails (on_error: fail): with fixed_delay and 2 attempts the process
+// restarts the job twice from its latest checkpoint, then gives up with
+// exit 1, and every restart resumes after what was already committed.
+func TestRestartStrategy(t *testing.T) {
+	work := t.TempDir()
+	file := filepath.Join(work, "restart.yaml")
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, restartText, "restarts", 2, "10ms"), 0o644))
 	env := map[string]string{"EDDY_STATE_DIR": filepath.Join(work, "state")}
 	r := eddy(t, work, env, "run", file)
 	require.Equal(t, 1, r.code, r.stderr)
@@ -51,4 +60,38 @@ sinks:
 		seen[l] = true
 	}
 	require.NotContains(t, strings.Join(lines, "\n"), `"i":500,`)
+}
+
+// TestRestartMetrics: while a job that failed waits to restart, its admin
+// endpoint reports the restart and the checkpoints that completed before,
+// one per log line.
+func TestRestartMetrics(t *testing.T) {
+	work := t.TempDir()
+	file := filepath.Join(work, "restart.yaml")
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, restartText, "restart-metrics", 1, "10m"), 0o644))
+	state := filepath.Join(work, "state")
+	p := startEddy(t, work, map[string]string{"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state}, "run", file)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for len(p.log.find("pipeline failed: restarting from the latest checkpoint")) == 0 {
+		select {
+		case <-tick.C:
+		case <-p.done:
+			t.Fatalf("eddy run ended before it restarted; stderr:\n%s", p.log.text())
+		}
+	}
+	addr, err := os.ReadFile(filepath.Join(state, "restart-metrics", "admin.addr"))
+	require.NoError(t, err)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	metrics := string(body)
+	require.Contains(t, metrics, "\neddy_restarts_total 1\n")
+	completed := len(p.log.find("checkpoint complete"))
+	require.Contains(t, metrics, fmt.Sprintf("\neddy_checkpoints_total{kind=\"checkpoint\",result=\"completed\"} %d\n", completed))
+	require.Contains(t, metrics, "\neddy_checkpoints_total{kind=\"checkpoint\",result=\"failed\"} 0\n")
+	require.Contains(t, metrics, "\neddy_checkpoints_in_progress 0\n")
 }

@@ -31,26 +31,6 @@ func (o *gateOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 }
 func (o *gateOp) Close() error { return nil }
 
-// failedCheckpoints is a slog handler that reports the ids of the
-// "checkpoint failed" lines.
-type failedCheckpoints struct{ ids chan int64 }
-
-func (h failedCheckpoints) Enabled(context.Context, slog.Level) bool { return true }
-func (h failedCheckpoints) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "checkpoint failed" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "checkpoint" {
-			h.ids <- a.Value.Int64()
-		}
-		return true
-	})
-	return nil
-}
-func (h failedCheckpoints) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h failedCheckpoints) WithGroup(string) slog.Handler      { return h }
-
 // An aborted checkpoint releases the inputs a task held for its alignment:
 // the barrier of one input is stuck behind a step that does not move, the
 // checkpoint times out, and the other input flows again (Flink's
@@ -90,10 +70,11 @@ sinks:
 		return n
 	}
 
-	failed := failedCheckpoints{ids: make(chan int64, 1024)}
+	failed := newLogLines("checkpoint failed")
+	metrics := pipeline.NewMetrics()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Store: newMemStore(), Logger: slog.New(failed)})
+	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Store: newMemStore(), Logger: slog.New(failed), Metrics: metrics})
 	require.NoError(t, err)
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
@@ -107,13 +88,20 @@ sinks:
 	// barrier through, until the next barrier holds it again. The count at
 	// the first failure may already include the first release (the abort
 	// races the log line), so look three aborts later.
-	first := <-failed.ids
+	first := (<-failed.lines)["checkpoint"].Int64()
 	before := fromMoving()
-	for id := range failed.ids {
-		if id >= first+3 {
+	seen := 1
+	for l := range failed.lines {
+		seen++
+		if l["checkpoint"].Int64() >= first+3 {
 			break
 		}
 	}
 	require.Greater(t, fromMoving(), before,
 		"records of the moving input behind the barriers of aborted checkpoints must flow")
+	// Each failure is counted before its log line.
+	reg := metrics.Registry
+	require.GreaterOrEqual(t, gathered(t, reg, "eddy_checkpoints_total", "kind", "checkpoint", "result", "failed").GetCounter().GetValue(), float64(seen))
+	require.Zero(t, gathered(t, reg, "eddy_checkpoints_total", "kind", "checkpoint", "result", "completed").GetCounter().GetValue())
+	require.Zero(t, gathered(t, reg, "eddy_checkpoint_last_completed_id").GetGauge().GetValue())
 }

@@ -149,6 +149,7 @@ type coordinator struct {
 	pending      map[int64]*inFlight
 	failures     int
 	lastComplete time.Time
+	metrics      *Metrics
 	sourcesEnded map[*task]bool
 	// final is the id of the final checkpoint, once triggered.
 	final int64
@@ -242,8 +243,9 @@ type partStats struct {
 }
 
 func newCoordinator(j *Job, spec CheckpointSpec, store CheckpointStore, firstID int64) *coordinator {
+	j.opts.Metrics.initCheckpoints()
 	return &coordinator{
-		job: j, spec: spec, store: store, logger: j.opts.Logger, nextID: firstID,
+		job: j, spec: spec, store: store, logger: j.opts.Logger, nextID: firstID, metrics: j.opts.Metrics,
 		acks: make(chan Ack, 64), written: make(chan writeResult, 64), ended: make(chan *task, 64),
 		pending: map[int64]*inFlight{}, sourcesEnded: map[*task]bool{},
 		requests: make(chan *savepointReq), stops: make(chan *savepointReq),
@@ -314,6 +316,7 @@ func (c *coordinator) exit(err error) {
 		_ = f.pending.Abort()
 		delete(c.pending, id)
 	}
+	c.metrics.checkpointsInFlight.Set(0)
 	c.finishOpen(err)
 	for ; c.writers > 0; c.writers-- {
 		<-c.written
@@ -374,6 +377,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	p, err := c.store.Begin(id, meta)
 	if err != nil {
 		err = fmt.Errorf("begin checkpoint %d: %w", id, err)
+		c.metrics.checkpointEnded(kindOf(req), resultFailed)
 		if req != nil {
 			c.finish(req, err)
 		}
@@ -384,6 +388,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	}
 	f := &inFlight{id: id, meta: meta, started: time.Now(), pending: p, final: final, req: req}
 	c.pending[id] = f
+	c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
 	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final, "savepoint", req != nil)
 	if req != nil {
 		blob, err := json.Marshal(c.savepointMeta(meta, final))
@@ -586,6 +591,10 @@ func (c *coordinator) complete(f *inFlight) {
 	delete(c.pending, f.id)
 	c.lastComplete = time.Now()
 	c.failures = 0
+	c.metrics.checkpointStored(f.id, c.lastComplete, f.stateBytes)
+	if f.req == nil {
+		c.metrics.checkpointCompleted(kindCheckpoint, c.lastComplete.Sub(f.started))
+	}
 	c.logger.Info("checkpoint complete", "checkpoint", f.id, "duration", time.Since(f.started).Round(time.Millisecond),
 		"final", f.final, "savepoint", f.req != nil, "state_bytes", f.stateBytes, "delta_parts", f.deltaParts)
 	if f.req != nil {
@@ -601,11 +610,13 @@ func (c *coordinator) complete(f *inFlight) {
 		if id < f.id {
 			_ = old.pending.Abort()
 			delete(c.pending, id)
+			c.metrics.checkpointEnded(kindOf(old.req), resultSubsumed)
 			if old.req != nil {
 				c.finish(old.req, fmt.Errorf("savepoint %d was subsumed by checkpoint %d, which completed first: trigger it again", id, f.id))
 			}
 		}
 	}
+	c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
 	c.startQueued()
 }
 
@@ -616,6 +627,7 @@ func (c *coordinator) export(f *inFlight) {
 	delete(c.open, req)
 	exp, ok := c.store.(SavepointExporter)
 	if !ok {
+		c.metrics.checkpointEnded(kindSavepoint, resultFailed)
 		req.finish(Savepoint{}, fmt.Errorf("savepoint %d is checkpoint %d of the store, which cannot write savepoint files", f.id, f.id))
 		return
 	}
@@ -630,9 +642,11 @@ func (c *coordinator) export(f *inFlight) {
 		}
 		if err != nil {
 			err = fmt.Errorf("write savepoint %d to %s: %w", f.id, req.dir, err)
+			c.metrics.checkpointEnded(kindSavepoint, resultFailed)
 			c.logger.Warn("savepoint failed", "checkpoint", f.id, "error", err.Error())
 			req.finish(Savepoint{}, err)
 		} else {
+			c.metrics.checkpointCompleted(kindSavepoint, time.Since(f.started))
 			c.logger.Info("savepoint written", "checkpoint", f.id, "path", sp.Path, "final", f.final)
 			req.finish(sp, nil)
 		}
@@ -661,6 +675,8 @@ func (c *coordinator) failed(id int64, err error) {
 	if ok {
 		_ = f.pending.Abort()
 		delete(c.pending, id)
+		c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
+		c.metrics.checkpointEnded(kindOf(f.req), resultFailed)
 		if f.req != nil {
 			c.finish(f.req, err)
 			if !f.final {
@@ -679,6 +695,14 @@ func (c *coordinator) failed(id int64, err error) {
 		return
 	}
 	c.startQueued()
+}
+
+// kindOf returns the kind label of a checkpoint that answers req.
+func kindOf(req *savepointReq) string {
+	if req != nil {
+		return kindSavepoint
+	}
+	return kindCheckpoint
 }
 
 // notifyAborted tells every task that checkpoint id will not complete.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -19,7 +20,28 @@ type Metrics struct {
 	lateDropped  *prometheus.CounterVec
 	windowsFired *prometheus.CounterVec
 	watermark    *prometheus.GaugeVec
+
+	// Checkpoints and savepoints (the coordinator's), and the job's
+	// restarts (eddy run's restart strategy).
+	checkpoints         *prometheus.CounterVec
+	checkpointDuration  *prometheus.HistogramVec
+	checkpointsInFlight prometheus.Gauge
+	lastCheckpointID    prometheus.Gauge
+	lastCheckpointTime  prometheus.Gauge
+	lastCheckpointBytes prometheus.Gauge
+	restarts            prometheus.Counter
 }
+
+// The labels of eddy_checkpoints_total: kind is what was triggered, result
+// how it ended.
+const (
+	kindCheckpoint = "checkpoint"
+	kindSavepoint  = "savepoint"
+
+	resultCompleted = "completed"
+	resultFailed    = "failed"
+	resultSubsumed  = "subsumed"
+)
 
 // NewMetrics returns a registry with eddy's series registered.
 func NewMetrics() *Metrics {
@@ -45,9 +67,68 @@ func NewMetrics() *Metrics {
 			Name: "eddy_watermark_ms", Help: "Current input watermark of a task, epoch ms.",
 		}, labels),
 	}
-	m.Registry.MustRegister(m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark)
+	m.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "eddy_checkpoints_total",
+		Help: "Checkpoints and savepoints triggered, by kind (checkpoint, savepoint) and how they ended (completed, failed, subsumed).",
+	}, []string{"kind", "result"})
+	m.checkpointDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "eddy_checkpoint_duration_seconds",
+		Help:    "Time from trigger to completion of the completed checkpoints (durable in the store) and savepoints (their file written).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"kind"})
+	m.checkpointsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "eddy_checkpoints_in_progress", Help: "Checkpoints and savepoints triggered and not complete yet.",
+	})
+	m.lastCheckpointID = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_last_completed_id", Help: "Id of the newest completed checkpoint (savepoints included): the one a restart restores.",
+	})
+	m.lastCheckpointTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_last_completed_timestamp_seconds", Help: "When the newest checkpoint completed, Unix time.",
+	})
+	m.lastCheckpointBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_last_state_bytes", Help: "Keyed state bytes the newest completed checkpoint wrote (of an incremental one, its deltas' and whole parts').",
+	})
+	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "eddy_restarts_total", Help: "Restarts of the job from its latest checkpoint by the restart strategy.",
+	})
+	m.Registry.MustRegister(m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
+		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
+		m.lastCheckpointBytes, m.restarts)
 	return m
 }
+
+// initCheckpoints makes every series of eddy_checkpoints_total exist from
+// the start, at 0, so that a rate or an alert sees the first failure.
+func (m *Metrics) initCheckpoints() {
+	for _, r := range []string{resultCompleted, resultFailed, resultSubsumed} {
+		m.checkpoints.WithLabelValues(kindCheckpoint, r)
+		m.checkpoints.WithLabelValues(kindSavepoint, r)
+	}
+}
+
+// checkpointEnded counts a checkpoint or savepoint of kind that ended
+// with result.
+func (m *Metrics) checkpointEnded(kind, result string) {
+	m.checkpoints.WithLabelValues(kind, result).Inc()
+}
+
+// checkpointCompleted counts a completed checkpoint or savepoint of kind
+// that took d.
+func (m *Metrics) checkpointCompleted(kind string, d time.Duration) {
+	m.checkpointEnded(kind, resultCompleted)
+	m.checkpointDuration.WithLabelValues(kind).Observe(d.Seconds())
+}
+
+// checkpointStored records checkpoint id, complete in the store at t
+// with stateBytes of keyed state: the one a restart restores.
+func (m *Metrics) checkpointStored(id int64, t time.Time, stateBytes int64) {
+	m.lastCheckpointID.Set(float64(id))
+	m.lastCheckpointTime.Set(float64(t.UnixNano()) / 1e9)
+	m.lastCheckpointBytes.Set(float64(stateBytes))
+}
+
+// Restarted counts a restart of the job by the restart strategy.
+func (m *Metrics) Restarted() { m.restarts.Inc() }
 
 func (m *Metrics) labels(info SubtaskInfo) prometheus.Labels {
 	return prometheus.Labels{"id": info.ID, "subtask": strconv.Itoa(info.Subtask)}

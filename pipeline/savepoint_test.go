@@ -332,7 +332,8 @@ func TestSavepointFailuresLeaveTheJobRunning(t *testing.T) {
 	store, log := newRecStore(t, 3), newTxnLog()
 	store.failMetaPut = 1
 	plan := loadSavepointPlan(t, log, "1h", "exactly_once", 3, "forever: true")
-	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store})
+	metrics := pipeline.NewMetrics()
+	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Metrics: metrics})
 	require.NoError(t, err)
 	dir := t.TempDir()
 
@@ -347,6 +348,17 @@ func TestSavepointFailuresLeaveTheJobRunning(t *testing.T) {
 	sp, err := job.TriggerSavepoint(context.Background(), dir)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), sp.ID)
+	// Counted before each request was answered; not as checkpoints.
+	count := func(kind, result string) float64 {
+		return gathered(t, metrics.Registry, "eddy_checkpoints_total", "kind", kind, "result", result).GetCounter().GetValue()
+	}
+	require.Equal(t, 2.0, count("savepoint", "failed"))
+	require.Equal(t, 1.0, count("savepoint", "completed"))
+	require.Equal(t, uint64(1), gathered(t, metrics.Registry, "eddy_checkpoint_duration_seconds", "kind", "savepoint").GetHistogram().GetSampleCount())
+	require.Zero(t, count("checkpoint", "failed"))
+	require.Zero(t, count("checkpoint", "completed"))
+	// The newest checkpoint in the store is the third savepoint's.
+	require.Equal(t, 3.0, gathered(t, metrics.Registry, "eddy_checkpoint_last_completed_id").GetGauge().GetValue())
 	job.Stop()
 	require.NoError(t, job.Wait())
 	_, err = job.TriggerSavepoint(context.Background(), dir)

@@ -1,0 +1,134 @@
+package pipeline_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+// logLines is a slog handler that sends the attributes of each line whose
+// message is msg.
+type logLines struct {
+	msg   string
+	lines chan map[string]slog.Value
+}
+
+func newLogLines(msg string) logLines {
+	return logLines{msg: msg, lines: make(chan map[string]slog.Value, 1024)}
+}
+
+func (h logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h logLines) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != h.msg {
+		return nil
+	}
+	attrs := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value
+		return true
+	})
+	h.lines <- attrs
+	return nil
+}
+func (h logLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logLines) WithGroup(string) slog.Handler      { return h }
+
+// gathered returns the series of metric name in reg whose labels include
+// labels (name, value pairs); it fails the test when there is none.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, labels ...string) *dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			return m
+		}
+	}
+	t.Fatalf("no series %s %v", name, labels)
+	return nil
+}
+
+// TestCheckpointMetrics: every completed checkpoint is counted, with its
+// duration, and the gauges describe the newest one, as its log line does;
+// no checkpoint failed, none is in progress once the job ended.
+func TestCheckpointMetrics(t *testing.T) {
+	plan, _ := load(t, `
+version: 1
+name: metrics
+checkpoint: { interval: 5ms }
+sources: [{id: nums, type: seq, forever: true, keys: 7, pace: true}]
+steps: [{id: counts, count_by: k}]
+sinks: [{id: out, type: collect}]
+`)
+	complete := newLogLines("checkpoint complete")
+	metrics := pipeline.NewMetrics()
+	started := time.Now()
+	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
+		Store: newMemStore(), Logger: slog.New(complete), Metrics: metrics})
+	require.NoError(t, err)
+	var lines []map[string]slog.Value
+	for len(lines) < 3 {
+		select {
+		case l := <-complete.lines:
+			lines = append(lines, l)
+		case <-job.Done():
+			t.Fatalf("the job ended: %v", job.Wait())
+		}
+	}
+	job.Stop()
+	require.NoError(t, job.Wait())
+	ended := time.Now()
+	for len(complete.lines) > 0 {
+		lines = append(lines, <-complete.lines)
+	}
+
+	reg := metrics.Registry
+	count := func(kind, result string) float64 {
+		return gathered(t, reg, "eddy_checkpoints_total", "kind", kind, "result", result).GetCounter().GetValue()
+	}
+	require.Equal(t, float64(len(lines)), count("checkpoint", "completed"), "one per checkpoint complete line")
+	for _, r := range []string{"failed", "subsumed"} {
+		require.Zero(t, count("checkpoint", r), r)
+	}
+	for _, r := range []string{"completed", "failed", "subsumed"} {
+		require.Zero(t, count("savepoint", r), r)
+	}
+	h := gathered(t, reg, "eddy_checkpoint_duration_seconds", "kind", "checkpoint").GetHistogram()
+	require.Equal(t, uint64(len(lines)), h.GetSampleCount())
+	require.Less(t, h.GetSampleSum(), ended.Sub(started).Seconds()*float64(len(lines)))
+	require.Zero(t, gathered(t, reg, "eddy_checkpoints_in_progress").GetGauge().GetValue())
+
+	newest := lines[0]
+	for _, l := range lines {
+		if l["checkpoint"].Int64() > newest["checkpoint"].Int64() {
+			newest = l
+		}
+	}
+	require.Equal(t, float64(newest["checkpoint"].Int64()), gathered(t, reg, "eddy_checkpoint_last_completed_id").GetGauge().GetValue())
+	require.Positive(t, newest["state_bytes"].Int64(), "the keyed step has state")
+	require.Equal(t, float64(newest["state_bytes"].Int64()), gathered(t, reg, "eddy_checkpoint_last_state_bytes").GetGauge().GetValue())
+	at := gathered(t, reg, "eddy_checkpoint_last_completed_timestamp_seconds").GetGauge().GetValue()
+	require.GreaterOrEqual(t, at, float64(started.UnixNano())/1e9)
+	require.LessOrEqual(t, at, float64(ended.UnixNano())/1e9)
+	require.Zero(t, gathered(t, reg, "eddy_restarts_total").GetCounter().GetValue())
+}
