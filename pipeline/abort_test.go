@@ -13,19 +13,27 @@ import (
 )
 
 // gateStep holds every batch until its gate opens: a step whose input (and
-// the barriers behind it) does not move.
+// the barriers behind it) does not move. With entered (buffered), it
+// sends on it, if there is room, each time a batch reaches the gate.
 type gateConfig struct {
-	Gate bool `yaml:"gate"`
-	open chan struct{}
+	Gate    bool `yaml:"gate"`
+	open    chan struct{}
+	entered chan struct{}
 }
 
-func (c *gateConfig) Validate() error                         { return nil }
-func (c *gateConfig) NewOperator() (pipeline.Operator, error) { return &gateOp{open: c.open}, nil }
+func (c *gateConfig) Validate() error { return nil }
+func (c *gateConfig) NewOperator() (pipeline.Operator, error) {
+	return &gateOp{open: c.open, entered: c.entered}, nil
+}
 
-type gateOp struct{ open chan struct{} }
+type gateOp struct{ open, entered chan struct{} }
 
 func (o *gateOp) Open(context.Context, *pipeline.OperatorContext) error { return nil }
 func (o *gateOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
+	select {
+	case o.entered <- struct{}{}:
+	default:
+	}
 	<-o.open
 	return out.Emit(in)
 }

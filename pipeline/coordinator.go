@@ -403,7 +403,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	}
 	for _, t := range c.job.tasks {
 		if t.head.src != nil {
-			t.post(mail{barrier: &Barrier{ID: id, Final: final, Savepoint: req != nil}})
+			t.post(mail{barrier: &Barrier{ID: id, Final: final, Savepoint: req != nil, Triggered: f.started}})
 		}
 	}
 	return true

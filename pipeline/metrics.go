@@ -30,6 +30,10 @@ type Metrics struct {
 	lastCheckpointTime  prometheus.Gauge
 	lastCheckpointBytes prometheus.Gauge
 	restarts            prometheus.Counter
+	// Per task, of the newest checkpoint it took.
+	startDelay *prometheus.GaugeVec
+	alignment  *prometheus.GaugeVec
+	syncTime   *prometheus.GaugeVec
 }
 
 // The labels of eddy_checkpoints_total: kind is what was triggered, result
@@ -91,9 +95,21 @@ func NewMetrics() *Metrics {
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "eddy_restarts_total", Help: "Restarts of the job from its latest checkpoint by the restart strategy.",
 	})
+	m.startDelay = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_start_delay_seconds",
+		Help: "Of the newest checkpoint a task took: from the trigger until its first barrier reached the task (a source: until the task took it).",
+	}, labels)
+	m.alignment = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_alignment_seconds",
+		Help: "Of the newest checkpoint a task took: from its first barrier to its last (0 with one input).",
+	}, labels)
+	m.syncTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_sync_seconds",
+		Help: "Of the newest checkpoint a task took: its synchronous part (sinks flushed and pre-committed, state captured, barrier forwarded).",
+	}, labels)
 	m.Registry.MustRegister(m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
-		m.lastCheckpointBytes, m.restarts)
+		m.lastCheckpointBytes, m.restarts, m.startDelay, m.alignment, m.syncTime)
 	return m
 }
 
@@ -125,6 +141,29 @@ func (m *Metrics) checkpointStored(id int64, t time.Time, stateBytes int64) {
 	m.lastCheckpointID.Set(float64(id))
 	m.lastCheckpointTime.Set(float64(t.UnixNano()) / 1e9)
 	m.lastCheckpointBytes.Set(float64(stateBytes))
+}
+
+// TaskCheckpointGauges describe the newest checkpoint a task took.
+type TaskCheckpointGauges struct {
+	startDelay, alignment, sync prometheus.Gauge
+}
+
+// TaskCheckpoint returns the checkpoint gauges of a task (labelled by its
+// head id).
+func (m *Metrics) TaskCheckpoint(info SubtaskInfo) TaskCheckpointGauges {
+	l := m.labels(info)
+	return TaskCheckpointGauges{m.startDelay.With(l), m.alignment.With(l), m.syncTime.With(l)}
+}
+
+// taken sets the gauges for a checkpoint triggered at triggered whose
+// first barrier reached the task at first, the last at start, and whose
+// synchronous part ended at end.
+func (g TaskCheckpointGauges) taken(triggered, first, start, end time.Time) {
+	if !triggered.IsZero() {
+		g.startDelay.Set(max(first.Sub(triggered), 0).Seconds())
+	}
+	g.alignment.Set(start.Sub(first).Seconds())
+	g.sync.Set(end.Sub(start).Seconds())
 }
 
 // Restarted counts a restart of the job by the restart strategy.

@@ -132,3 +132,67 @@ sinks: [{id: out, type: collect}]
 	require.LessOrEqual(t, at, float64(ended.UnixNano())/1e9)
 	require.Zero(t, gathered(t, reg, "eddy_restarts_total").GetCounter().GetValue())
 }
+
+// TestTaskCheckpointGauges: a savepoint's barrier waits behind a batch
+// that a gate holds for hold. The gated source's task takes its barrier
+// only after the gate opens (its start delay is at least hold), and the
+// task that joins both sources gets the gated one's barrier last (its
+// start delay and alignment add up to at least hold).
+func TestTaskCheckpointGauges(t *testing.T) {
+	env := testEnv()
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	env.RegisterStep(pipeline.StepPlugin{Kind: "gate", New: func() pipeline.StepConfig {
+		return &gateConfig{open: gate, entered: entered}
+	}})
+	spec, err := pipeline.Load(env, "gauges.yaml", []byte(`version: 1
+name: gauges
+parallelism: 1
+checkpoint: { interval: 1h }
+sources:
+  - { id: stuck, type: seq, forever: true, tag: a }
+  - { id: moving, type: seq, forever: true, pace: true, tag: b }
+steps:
+  - { id: held, from: stuck, gate: true }
+  - { id: both, from: [held, moving], pass: null }
+sinks:
+  - { id: out, from: both, type: collect }
+`))
+	require.NoError(t, err)
+	plan, err := pipeline.Compile(spec)
+	require.NoError(t, err)
+	spec.Sinks[0].Config.(*collectConfig).c = newCollector()
+	triggered := newLogLines("checkpoint triggered")
+	metrics := pipeline.NewMetrics()
+	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
+		Store: newRecStore(t, 3), Logger: slog.New(triggered), Metrics: metrics})
+	require.NoError(t, err)
+	defer func() {
+		job.Cancel()
+		_ = job.Wait()
+	}()
+
+	<-entered // the stuck source's task is inside the gate
+	result := make(chan error, 1)
+	go func() {
+		_, err := job.TriggerSavepoint(context.Background(), t.TempDir())
+		result <- err
+	}()
+	<-triggered.lines
+	const hold = 50 * time.Millisecond
+	time.Sleep(hold) // what the gauges measure, not a synchronisation
+	close(gate)
+	require.NoError(t, <-result)
+
+	gauge := func(name, task string) float64 {
+		return gathered(t, metrics.Registry, name, "id", task, "subtask", "0").GetGauge().GetValue()
+	}
+	require.GreaterOrEqual(t, gauge("eddy_checkpoint_start_delay_seconds", "stuck"), hold.Seconds())
+	require.Zero(t, gauge("eddy_checkpoint_alignment_seconds", "stuck"), "a source task has no inputs to align")
+	require.GreaterOrEqual(t, gauge("eddy_checkpoint_start_delay_seconds", "both")+gauge("eddy_checkpoint_alignment_seconds", "both"), hold.Seconds())
+	// Its two barriers arrived one after the other, whatever their order.
+	require.Positive(t, gauge("eddy_checkpoint_alignment_seconds", "both"))
+	for _, task := range []string{"stuck", "moving", "both"} {
+		require.GreaterOrEqual(t, gauge("eddy_checkpoint_start_delay_seconds", task), 0.0, task)
+		require.Positive(t, gauge("eddy_checkpoint_sync_seconds", task), task)
+	}
+}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"maps"
 	"math"
+	"time"
 )
 
 // Time values are event or processing timestamps in epoch milliseconds.
@@ -104,6 +105,9 @@ type Barrier struct {
 	// Final is true for the checkpoint taken after the end of data: the
 	// last one of the run.
 	Final bool
+	// Triggered is when the coordinator triggered the checkpoint (each
+	// task's start delay is measured from it).
+	Triggered time.Time
 }
 
 // Batch is the unit sent between tasks: records, then at most one control event.

@@ -81,8 +81,12 @@ type task struct {
 	wake   *time.Timer
 	wakeAt int64
 
-	// Barrier alignment: the checkpoint being aligned (ID 0 when none).
-	aligning Barrier
+	// Barrier alignment: the checkpoint being aligned (ID 0 when none),
+	// and when its first barrier arrived.
+	aligning   Barrier
+	alignStart time.Time
+	// cpGauges describe the newest checkpoint the task took.
+	cpGauges TaskCheckpointGauges
 	// position is the source head's position after the last emitted record.
 	position []byte
 	// committed is the last checkpoint whose completion the task handled;
@@ -112,6 +116,7 @@ type task struct {
 func (t *task) run(ctx context.Context) (err error) {
 	t.wm = MinWatermark
 	t.wmGauge = t.job.opts.Metrics.Watermark(t.head.info)
+	t.cpGauges = t.job.opts.Metrics.TaskCheckpoint(t.head.info)
 	t.flush = time.NewTimer(time.Hour)
 	t.flush.Stop()
 	defer t.flush.Stop()
@@ -233,6 +238,11 @@ func (t *task) advance(wm int64) error {
 // checkpoint captures the chain's state at barrier b, acks it and forwards
 // the barrier. Sinks flush so that everything before the barrier is out.
 func (t *task) checkpoint(ctx context.Context, b Barrier) error {
+	start := time.Now()
+	first := start // a source head's barrier arrives when the task takes it
+	if !t.alignStart.IsZero() {
+		first, t.alignStart = t.alignStart, time.Time{}
+	}
 	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
 	if t.head.src != nil {
 		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
@@ -298,6 +308,7 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 		ack.release()
 		return err
 	}
+	t.cpGauges.taken(b.Triggered, first, start, time.Now())
 	if t.job.opts.OnAck != nil {
 		t.job.opts.OnAck(ack)
 	}
@@ -380,7 +391,7 @@ func (t *task) onAborted(ctx context.Context, id int64) error {
 	t.abortedUpTo = max(t.abortedUpTo, id)
 	if t.aligning.ID != 0 && t.aligning.ID <= id {
 		t.logger.Info("checkpoint aborted: releasing the inputs held for it", "checkpoint", t.aligning.ID)
-		t.aligning = Barrier{}
+		t.aligning, t.alignStart = Barrier{}, time.Time{}
 		for _, in := range t.inputs {
 			in.barrier, in.blocked = false, false
 		}
@@ -887,7 +898,7 @@ func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error
 			t.logger.Warn("checkpoint abandoned: a newer barrier arrived before alignment finished",
 				"checkpoint", t.aligning.ID, "newer", b.ID)
 		}
-		t.aligning = b
+		t.aligning, t.alignStart = b, time.Now()
 		for _, i := range t.inputs {
 			changed = changed || i.blocked
 			i.barrier, i.blocked = false, false
