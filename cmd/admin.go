@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/eddy-stream/eddy/pipeline"
@@ -23,9 +22,9 @@ import (
 
 // The admin endpoint of `eddy run` (docs/checkpoints.md, "Savepoints of a
 // running pipeline"): a small HTTP server, on 127.0.0.1 and a free port by
-// default, that takes savepoints and serves health and metrics. The run
-// writes its address to <state dir>/<pipeline>/admin.addr, where `eddy
-// savepoint trigger` finds it.
+// default, that takes savepoints and serves health, metrics and the recent
+// checkpoints. The run writes its address to <state dir>/<pipeline>/
+// admin.addr, where `eddy savepoint trigger` finds it.
 
 const (
 	keyAdminAddr     = "admin-addr"
@@ -70,10 +69,10 @@ func adminEnabled(addr string) bool {
 
 // startAdmin listens on addr and serves the admin endpoint for target:
 // savepoints of pipeline name go to spDir unless a request names another
-// directory, and /metrics serves reg. An unparsable addr is invalid input;
+// directory, and /metrics and /checkpoints serve m. An unparsable addr is invalid input;
 // a failure to listen is returned as is. Called by the run before its
 // first job starts; publish then tells `eddy savepoint` where it is.
-func startAdmin(logger *slog.Logger, addr string, target adminTarget, reg *prometheus.Registry, name, spDir string) (*adminServer, error) {
+func startAdmin(logger *slog.Logger, addr string, target adminTarget, m *pipeline.Metrics, name, spDir string) (*adminServer, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, invalidInput("--%s %q: want HOST:PORT (port 0 picks a free one), or off: %v", keyAdminAddr, addr, err)
@@ -87,7 +86,7 @@ func startAdmin(logger *slog.Logger, addr string, target adminTarget, reg *prome
 			"addr", ln.Addr().String())
 	}
 	a := &adminServer{addr: ln.Addr().String(), served: make(chan error, 1)}
-	a.srv = &http.Server{Handler: adminHandler(target, reg, name, spDir), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: adminHandler(target, m, name, spDir), ReadHeaderTimeout: 10 * time.Second}
 	go func() { a.served <- a.srv.Serve(ln) }()
 	logger.Info("admin endpoint listening", "addr", a.addr)
 	return a, nil
@@ -142,7 +141,7 @@ type adminError struct {
 	Error string `json:"error"`
 }
 
-func adminHandler(target adminTarget, reg *prometheus.Registry, name, spDir string) http.Handler {
+func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /savepoints", func(w http.ResponseWriter, r *http.Request) {
 		// A browser page must not make the local endpoint stop the
@@ -195,7 +194,10 @@ func adminHandler(target adminTarget, reg *prometheus.Registry, name, spDir stri
 		}
 		writeJSON(w, code, map[string]string{"status": state})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /checkpoints", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, m.CheckpointStats())
+	})
 	// Go's profiles of the running process (go tool pprof URL).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -167,7 +167,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 	var admin *adminServer
 	if adminEnabled(adminAddr) {
-		admin, err = startAdmin(logger, adminAddr, ctl, metrics.Registry, spec.Name, ctl.spDir)
+		admin, err = startAdmin(logger, adminAddr, ctl, metrics, spec.Name, ctl.spDir)
 		if err != nil {
 			logger.Error("cannot start", "err", err)
 			return reported(exitFailure)

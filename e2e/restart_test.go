@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,8 +91,45 @@ func TestRestartMetrics(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	metrics := string(body)
 	require.Contains(t, metrics, "\neddy_restarts_total 1\n")
-	completed := len(p.log.find("checkpoint complete"))
+	lines := p.log.find("checkpoint complete")
+	completed := len(lines)
 	require.Contains(t, metrics, fmt.Sprintf("\neddy_checkpoints_total{kind=\"checkpoint\",result=\"completed\"} %d\n", completed))
 	require.Contains(t, metrics, "\neddy_checkpoints_total{kind=\"checkpoint\",result=\"failed\"} 0\n")
 	require.Contains(t, metrics, "\neddy_checkpoints_in_progress 0\n")
+
+	// GET /checkpoints: what was in flight when the job failed is aborted,
+	// the rest completed; the newest completed is the last logged.
+	resp, err = http.Get("http://" + strings.TrimSpace(string(addr)) + "/checkpoints")
+	require.NoError(t, err)
+	var stats struct {
+		InProgress []json.RawMessage `json:"in_progress"`
+		History    []struct {
+			ID     int64  `json:"id"`
+			Status string `json:"status"`
+			Error  string `json:"error"`
+		} `json:"history"`
+		LatestCompleted *struct {
+			ID int64 `json:"id"`
+		} `json:"latest_completed"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&stats))
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Empty(t, stats.InProgress)
+	aborted := 0
+	for _, r := range stats.History {
+		switch r.Status {
+		case "completed":
+		case "aborted":
+			aborted++
+			require.NotEmpty(t, r.Error)
+		default:
+			t.Fatalf("checkpoint %d: status %q", r.ID, r.Status)
+		}
+	}
+	require.LessOrEqual(t, aborted, 1, "max_concurrent is 1")
+	require.Len(t, stats.History, min(completed+aborted, 10), "the last ten that ended")
+	if completed > 0 {
+		require.Equal(t, *lines[completed-1].Checkpoint, stats.LatestCompleted.ID)
+	}
 }

@@ -112,4 +112,12 @@ sinks:
 	require.GreaterOrEqual(t, gathered(t, reg, "eddy_checkpoints_total", "kind", "checkpoint", "result", "failed").GetCounter().GetValue(), float64(seen))
 	require.Zero(t, gathered(t, reg, "eddy_checkpoints_total", "kind", "checkpoint", "result", "completed").GetCounter().GetValue())
 	require.Zero(t, gathered(t, reg, "eddy_checkpoint_last_completed_id").GetGauge().GetValue())
+	stats := metrics.CheckpointStats()
+	require.Nil(t, stats.LatestCompleted)
+	require.NotNil(t, stats.LatestFailed)
+	require.Contains(t, stats.LatestFailed.Error, "timed out after 100ms")
+	require.Less(t, stats.LatestFailed.Acknowledged, stats.LatestFailed.Tasks, "the stuck task never acknowledged")
+	for _, r := range stats.History {
+		require.Equal(t, "failed", r.Status, "checkpoint %d", r.ID)
+	}
 }

@@ -312,11 +312,12 @@ func (c *coordinator) run() {
 // get err; and the writers still running (those of a checkpoint aborted
 // before they got to the store) are waited for.
 func (c *coordinator) exit(err error) {
+	now := time.Now()
 	for id, f := range c.pending {
 		_ = f.pending.Abort()
 		delete(c.pending, id)
+		c.metrics.checkpointEnded(id, resultAborted, now, err)
 	}
-	c.metrics.checkpointsInFlight.Set(0)
 	c.finishOpen(err)
 	for ; c.writers > 0; c.writers-- {
 		<-c.written
@@ -374,10 +375,11 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 		}
 		c.queued = nil
 	}
+	c.metrics.checkpointTriggered(id, kindOf(req), final, meta.Time, len(c.job.tasks))
 	p, err := c.store.Begin(id, meta)
 	if err != nil {
 		err = fmt.Errorf("begin checkpoint %d: %w", id, err)
-		c.metrics.checkpointEnded(kindOf(req), resultFailed)
+		c.metrics.checkpointEnded(id, resultFailed, time.Now(), err)
 		if req != nil {
 			c.finish(req, err)
 		}
@@ -386,9 +388,8 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 		}
 		return true
 	}
-	f := &inFlight{id: id, meta: meta, started: time.Now(), pending: p, final: final, req: req}
+	f := &inFlight{id: id, meta: meta, started: meta.Time, pending: p, final: final, req: req}
 	c.pending[id] = f
-	c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
 	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final, "savepoint", req != nil)
 	if req != nil {
 		blob, err := json.Marshal(c.savepointMeta(meta, final))
@@ -428,6 +429,7 @@ func (c *coordinator) onAck(a Ack) {
 		return // expired or aborted
 	}
 	f.acked++
+	c.metrics.checkpointAcked(f.id)
 	parts := map[string][]byte{}
 	for id, pos := range a.Positions {
 		parts[sourcePart(id, a.Subtask)] = pos
@@ -591,9 +593,9 @@ func (c *coordinator) complete(f *inFlight) {
 	delete(c.pending, f.id)
 	c.lastComplete = time.Now()
 	c.failures = 0
-	c.metrics.checkpointStored(f.id, c.lastComplete, f.stateBytes)
+	c.metrics.checkpointStored(f.id, c.lastComplete, f.stateBytes, f.deltaParts)
 	if f.req == nil {
-		c.metrics.checkpointCompleted(kindCheckpoint, c.lastComplete.Sub(f.started))
+		c.metrics.checkpointEnded(f.id, resultCompleted, c.lastComplete, nil)
 	}
 	c.logger.Info("checkpoint complete", "checkpoint", f.id, "duration", time.Since(f.started).Round(time.Millisecond),
 		"final", f.final, "savepoint", f.req != nil, "state_bytes", f.stateBytes, "delta_parts", f.deltaParts)
@@ -610,13 +612,12 @@ func (c *coordinator) complete(f *inFlight) {
 		if id < f.id {
 			_ = old.pending.Abort()
 			delete(c.pending, id)
-			c.metrics.checkpointEnded(kindOf(old.req), resultSubsumed)
+			c.metrics.checkpointEnded(id, resultSubsumed, c.lastComplete, nil)
 			if old.req != nil {
 				c.finish(old.req, fmt.Errorf("savepoint %d was subsumed by checkpoint %d, which completed first: trigger it again", id, f.id))
 			}
 		}
 	}
-	c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
 	c.startQueued()
 }
 
@@ -627,8 +628,9 @@ func (c *coordinator) export(f *inFlight) {
 	delete(c.open, req)
 	exp, ok := c.store.(SavepointExporter)
 	if !ok {
-		c.metrics.checkpointEnded(kindSavepoint, resultFailed)
-		req.finish(Savepoint{}, fmt.Errorf("savepoint %d is checkpoint %d of the store, which cannot write savepoint files", f.id, f.id))
+		err := fmt.Errorf("savepoint %d is checkpoint %d of the store, which cannot write savepoint files", f.id, f.id)
+		c.metrics.checkpointEnded(f.id, resultFailed, time.Now(), err)
+		req.finish(Savepoint{}, err)
 		return
 	}
 	c.exporting++
@@ -642,11 +644,11 @@ func (c *coordinator) export(f *inFlight) {
 		}
 		if err != nil {
 			err = fmt.Errorf("write savepoint %d to %s: %w", f.id, req.dir, err)
-			c.metrics.checkpointEnded(kindSavepoint, resultFailed)
+			c.metrics.checkpointEnded(f.id, resultFailed, time.Now(), err)
 			c.logger.Warn("savepoint failed", "checkpoint", f.id, "error", err.Error())
 			req.finish(Savepoint{}, err)
 		} else {
-			c.metrics.checkpointCompleted(kindSavepoint, time.Since(f.started))
+			c.metrics.checkpointEnded(f.id, resultCompleted, time.Now(), nil)
 			c.logger.Info("savepoint written", "checkpoint", f.id, "path", sp.Path, "final", f.final)
 			req.finish(sp, nil)
 		}
@@ -675,8 +677,7 @@ func (c *coordinator) failed(id int64, err error) {
 	if ok {
 		_ = f.pending.Abort()
 		delete(c.pending, id)
-		c.metrics.checkpointsInFlight.Set(float64(len(c.pending)))
-		c.metrics.checkpointEnded(kindOf(f.req), resultFailed)
+		c.metrics.checkpointEnded(id, resultFailed, time.Now(), err)
 		if f.req != nil {
 			c.finish(f.req, err)
 			if !f.final {

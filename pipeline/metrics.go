@@ -34,18 +34,9 @@ type Metrics struct {
 	startDelay *prometheus.GaugeVec
 	alignment  *prometheus.GaugeVec
 	syncTime   *prometheus.GaugeVec
+	// history is the recent checkpoints (CheckpointStats).
+	history checkpointHistory
 }
-
-// The labels of eddy_checkpoints_total: kind is what was triggered, result
-// how it ended.
-const (
-	kindCheckpoint = "checkpoint"
-	kindSavepoint  = "savepoint"
-
-	resultCompleted = "completed"
-	resultFailed    = "failed"
-	resultSubsumed  = "subsumed"
-)
 
 // NewMetrics returns a registry with eddy's series registered.
 func NewMetrics() *Metrics {
@@ -111,36 +102,6 @@ func NewMetrics() *Metrics {
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
 		m.lastCheckpointBytes, m.restarts, m.startDelay, m.alignment, m.syncTime)
 	return m
-}
-
-// initCheckpoints makes every series of eddy_checkpoints_total exist from
-// the start, at 0, so that a rate or an alert sees the first failure.
-func (m *Metrics) initCheckpoints() {
-	for _, r := range []string{resultCompleted, resultFailed, resultSubsumed} {
-		m.checkpoints.WithLabelValues(kindCheckpoint, r)
-		m.checkpoints.WithLabelValues(kindSavepoint, r)
-	}
-}
-
-// checkpointEnded counts a checkpoint or savepoint of kind that ended
-// with result.
-func (m *Metrics) checkpointEnded(kind, result string) {
-	m.checkpoints.WithLabelValues(kind, result).Inc()
-}
-
-// checkpointCompleted counts a completed checkpoint or savepoint of kind
-// that took d.
-func (m *Metrics) checkpointCompleted(kind string, d time.Duration) {
-	m.checkpointEnded(kind, resultCompleted)
-	m.checkpointDuration.WithLabelValues(kind).Observe(d.Seconds())
-}
-
-// checkpointStored records checkpoint id, complete in the store at t
-// with stateBytes of keyed state: the one a restart restores.
-func (m *Metrics) checkpointStored(id int64, t time.Time, stateBytes int64) {
-	m.lastCheckpointID.Set(float64(id))
-	m.lastCheckpointTime.Set(float64(t.UnixNano()) / 1e9)
-	m.lastCheckpointBytes.Set(float64(stateBytes))
 }
 
 // TaskCheckpointGauges describe the newest checkpoint a task took.

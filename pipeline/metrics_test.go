@@ -131,6 +131,32 @@ sinks: [{id: out, type: collect}]
 	require.GreaterOrEqual(t, at, float64(started.UnixNano())/1e9)
 	require.LessOrEqual(t, at, float64(ended.UnixNano())/1e9)
 	require.Zero(t, gathered(t, reg, "eddy_restarts_total").GetCounter().GetValue())
+
+	// The history: the last ten, newest first, as their log lines.
+	stats := metrics.CheckpointStats()
+	require.Empty(t, stats.InProgress)
+	require.Nil(t, stats.LatestFailed)
+	require.Len(t, stats.History, min(len(lines), 10))
+	byID := map[int64]map[string]slog.Value{}
+	for _, l := range lines {
+		byID[l["checkpoint"].Int64()] = l
+	}
+	for i, r := range stats.History {
+		if i > 0 {
+			require.Less(t, r.ID, stats.History[i-1].ID, "newest first")
+		}
+		l := byID[r.ID]
+		require.NotNil(t, l, "checkpoint %d has no log line", r.ID)
+		require.Equal(t, "checkpoint", r.Kind)
+		require.Equal(t, "completed", r.Status)
+		require.Equal(t, l["state_bytes"].Int64(), r.StateBytes)
+		require.Equal(t, l["final"].Bool(), r.Final)
+		require.Equal(t, r.Tasks, r.Acknowledged)
+		require.Empty(t, r.Error)
+		require.False(t, r.Triggered.Before(started) || r.Triggered.After(ended), "triggered %s", r.Triggered)
+	}
+	require.Equal(t, stats.History[0], *stats.LatestCompleted)
+	require.Equal(t, newest["checkpoint"].Int64(), stats.LatestCompleted.ID)
 }
 
 // TestTaskCheckpointGauges: a savepoint's barrier waits behind a batch

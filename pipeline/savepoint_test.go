@@ -359,6 +359,23 @@ func TestSavepointFailuresLeaveTheJobRunning(t *testing.T) {
 	require.Zero(t, count("checkpoint", "completed"))
 	// The newest checkpoint in the store is the third savepoint's.
 	require.Equal(t, 3.0, gathered(t, metrics.Registry, "eddy_checkpoint_last_completed_id").GetGauge().GetValue())
+	stats := metrics.CheckpointStats()
+	require.Len(t, stats.History, 3)
+	for i, want := range []struct {
+		status, err string
+	}{{"completed", ""}, {"failed", "write savepoint 2 to " + notADir}, {"failed", "injected: disk full"}} {
+		r := stats.History[i]
+		require.Equal(t, int64(3-i), r.ID)
+		require.Equal(t, "savepoint", r.Kind)
+		require.Equal(t, want.status, r.Status, "savepoint %d", r.ID)
+		if want.err == "" {
+			require.Empty(t, r.Error)
+		} else {
+			require.Contains(t, r.Error, want.err)
+		}
+	}
+	require.Equal(t, int64(2), stats.LatestFailed.ID)
+	require.Equal(t, int64(3), stats.LatestCompleted.ID)
 	job.Stop()
 	require.NoError(t, job.Wait())
 	_, err = job.TriggerSavepoint(context.Background(), dir)
