@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -39,21 +40,19 @@ func (o *gateOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 }
 func (o *gateOp) Close() error { return nil }
 
-// An aborted checkpoint releases the inputs a task held for its alignment:
-// the barrier of one input is stuck behind a step that does not move, the
-// checkpoint times out, and the other input flows again (Flink's
-// notifyCheckpointAborted). Without the release it would wait for good.
-func TestAbortedCheckpointReleasesAlignment(t *testing.T) {
+// loadGated loads a pipeline name with the checkpoint block checkpoint:
+// two sources, stuck behind a gate step and moving, joined by one task,
+// into a collect sink, which it returns.
+func loadGated(t *testing.T, name, checkpoint string, gate, entered chan struct{}) (*pipeline.Plan, *collector) {
+	t.Helper()
 	env := testEnv()
-	gate := make(chan struct{})
-	env.RegisterStep(pipeline.StepPlugin{Kind: "gate", New: func() pipeline.StepConfig { return &gateConfig{open: gate} }})
-	spec, err := pipeline.Load(env, "abort.yaml", []byte(`version: 1
-name: abort
+	env.RegisterStep(pipeline.StepPlugin{Kind: "gate", New: func() pipeline.StepConfig {
+		return &gateConfig{open: gate, entered: entered}
+	}})
+	spec, err := pipeline.Load(env, name+".yaml", fmt.Appendf(nil, `version: 1
+name: %s
 parallelism: 1
-checkpoint:
-  interval: 20ms
-  timeout: 100ms
-  tolerable_failures: 1000
+checkpoint: %s
 sources:
   - { id: stuck, type: seq, forever: true, tag: a }
   - { id: moving, type: seq, forever: true, pace: true, tag: b }
@@ -62,12 +61,22 @@ steps:
   - { id: both, from: [held, moving], pass: null }
 sinks:
   - { id: out, from: both, type: collect }
-`))
+`, name, checkpoint))
 	require.NoError(t, err)
 	plan, err := pipeline.Compile(spec)
 	require.NoError(t, err)
 	col := newCollector()
 	spec.Sinks[0].Config.(*collectConfig).c = col
+	return plan, col
+}
+
+// An aborted checkpoint releases the inputs a task held for its alignment:
+// the barrier of one input is stuck behind a step that does not move, the
+// checkpoint times out, and the other input flows again (Flink's
+// notifyCheckpointAborted). Without the release it would wait for good.
+func TestAbortedCheckpointReleasesAlignment(t *testing.T) {
+	gate := make(chan struct{})
+	plan, col := loadGated(t, "abort", "{interval: 20ms, timeout: 100ms, tolerable_failures: 1000}", gate, nil)
 	fromMoving := func() int {
 		n := 0
 		for _, r := range col.all() {

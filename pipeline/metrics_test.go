@@ -165,28 +165,8 @@ sinks: [{id: out, type: collect}]
 // task that joins both sources gets the gated one's barrier last (its
 // start delay and alignment add up to at least hold).
 func TestTaskCheckpointGauges(t *testing.T) {
-	env := testEnv()
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	env.RegisterStep(pipeline.StepPlugin{Kind: "gate", New: func() pipeline.StepConfig {
-		return &gateConfig{open: gate, entered: entered}
-	}})
-	spec, err := pipeline.Load(env, "gauges.yaml", []byte(`version: 1
-name: gauges
-parallelism: 1
-checkpoint: { interval: 1h }
-sources:
-  - { id: stuck, type: seq, forever: true, tag: a }
-  - { id: moving, type: seq, forever: true, pace: true, tag: b }
-steps:
-  - { id: held, from: stuck, gate: true }
-  - { id: both, from: [held, moving], pass: null }
-sinks:
-  - { id: out, from: both, type: collect }
-`))
-	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
-	require.NoError(t, err)
-	spec.Sinks[0].Config.(*collectConfig).c = newCollector()
+	plan, _ := loadGated(t, "gauges", "{interval: 1h}", gate, entered)
 	triggered := newLogLines("checkpoint triggered")
 	metrics := pipeline.NewMetrics()
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
