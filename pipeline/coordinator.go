@@ -255,18 +255,31 @@ func newCoordinator(j *Job, spec CheckpointSpec, store CheckpointStore, firstID 
 
 func (c *coordinator) run() {
 	defer close(c.exited)
-	tick := time.NewTicker(min(c.spec.Interval.D(), time.Second))
+	interval := c.spec.Interval.D()
+	tick := time.NewTicker(min(interval, time.Second))
 	defer tick.Stop()
-	nextTrigger := time.Now().Add(c.spec.Interval.D())
+	// The periodic checkpoint is due when its timer fires, and triggered
+	// then unless max_concurrent, min_pause, a savepoint or an export holds
+	// it back; then it is tried again on each tick.
+	periodic := time.NewTimer(interval)
+	defer periodic.Stop()
+	due := false
+	tryPeriodic := func() {
+		if c.final == 0 && len(c.queued) == 0 && c.exporting == 0 && c.trigger(false, nil) {
+			due = false
+			periodic.Reset(interval)
+		}
+	}
 	for {
 		select {
+		case <-periodic.C:
+			due = true
+			tryPeriodic()
 		case now := <-tick.C:
 			c.expire(now)
 			c.startQueued()
-			if now.After(nextTrigger) && c.final == 0 && len(c.queued) == 0 && c.exporting == 0 {
-				if c.trigger(false, nil) {
-					nextTrigger = now.Add(c.spec.Interval.D())
-				}
+			if due {
+				tryPeriodic()
 			}
 		case a := <-c.acks:
 			c.onAck(a)
