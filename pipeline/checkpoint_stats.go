@@ -51,8 +51,16 @@ type CheckpointRecord struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// CheckpointRestore is the checkpoint or savepoint a job started from.
+type CheckpointRestore struct {
+	ID int64     `json:"id"`
+	At time.Time `json:"at"`
+}
+
 // CheckpointStats are a run's recent checkpoints, newest first.
 type CheckpointStats struct {
+	// Restored is what the newest job of the run started from, or nil.
+	Restored   *CheckpointRestore `json:"restored"`
 	InProgress []CheckpointRecord `json:"in_progress"`
 	// History holds the last checkpointHistorySize that ended.
 	History         []CheckpointRecord `json:"history"`
@@ -67,6 +75,7 @@ type checkpointHistory struct {
 	ended           []CheckpointRecord // oldest first
 	latestCompleted *CheckpointRecord
 	latestFailed    *CheckpointRecord
+	restored        *CheckpointRestore
 }
 
 // initCheckpoints makes every series of eddy_checkpoints_total exist from
@@ -148,6 +157,15 @@ func (m *Metrics) checkpointEnded(id int64, result string, at time.Time, err err
 	}
 }
 
+// checkpointRestored records that a job started from checkpoint id at at.
+func (m *Metrics) checkpointRestored(id int64, at time.Time) {
+	m.restoredID.Set(float64(id))
+	h := &m.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.restored = &CheckpointRestore{ID: id, At: at}
+}
+
 // CheckpointStats returns the run's recent checkpoints as of now.
 func (m *Metrics) CheckpointStats() CheckpointStats {
 	h := &m.history
@@ -171,6 +189,10 @@ func (m *Metrics) CheckpointStats() CheckpointStats {
 	if h.latestFailed != nil {
 		c := *h.latestFailed
 		s.LatestFailed = &c
+	}
+	if h.restored != nil {
+		c := *h.restored
+		s.Restored = &c
 	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -109,6 +110,9 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	}
 	if err := j.build(); err != nil {
 		return nil, err
+	}
+	if opts.Restore != nil {
+		opts.Metrics.checkpointRestored(opts.Restore.ID(), time.Now())
 	}
 	if j.coord != nil {
 		go j.coord.run()

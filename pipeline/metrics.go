@@ -30,6 +30,7 @@ type Metrics struct {
 	lastCheckpointTime  prometheus.Gauge
 	lastCheckpointBytes prometheus.Gauge
 	restarts            prometheus.Counter
+	restoredID          prometheus.Gauge
 	// Per task, of the newest checkpoint it took.
 	startDelay *prometheus.GaugeVec
 	alignment  *prometheus.GaugeVec
@@ -83,6 +84,9 @@ func NewMetrics() *Metrics {
 	m.lastCheckpointBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "eddy_checkpoint_last_state_bytes", Help: "Keyed state bytes the newest completed checkpoint wrote (of an incremental one, its deltas' and whole parts').",
 	})
+	m.restoredID = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "eddy_checkpoint_restored_id", Help: "Id of the checkpoint or savepoint the job last started from (0: none).",
+	})
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "eddy_restarts_total", Help: "Restarts of the job from its latest checkpoint by the restart strategy.",
 	})
@@ -100,7 +104,7 @@ func NewMetrics() *Metrics {
 	}, labels)
 	m.Registry.MustRegister(m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
-		m.lastCheckpointBytes, m.restarts, m.startDelay, m.alignment, m.syncTime)
+		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime)
 	return m
 }
 

@@ -136,6 +136,8 @@ sinks: [{id: out, type: collect}]
 	stats := metrics.CheckpointStats()
 	require.Empty(t, stats.InProgress)
 	require.Nil(t, stats.LatestFailed)
+	require.Nil(t, stats.Restored, "the job started empty")
+	require.Zero(t, gathered(t, reg, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 	require.Len(t, stats.History, min(len(lines), 10))
 	byID := map[int64]map[string]slog.Value{}
 	for _, l := range lines {

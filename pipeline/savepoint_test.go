@@ -230,9 +230,12 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			plan2, _ := load(t, text)
 			plan2.Spec.Sinks[0].Config.(*txnConfig).log = log
 			store2 := newRecStore(t, 3)
-			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: pipeline.RestoredFrom(cp)})
+			metrics := pipeline.NewMetrics()
+			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: pipeline.RestoredFrom(cp), Metrics: metrics})
 			require.NoError(t, err)
 			require.NoError(t, job2.Wait())
+			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
+			require.Equal(t, float64(sp.ID), gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 			requireExactlyOnce(t, log.output(), n)
 			require.Equal(t, []int64{sp.ID + 1}, store2.completed(t), "the restored job's final checkpoint follows the savepoint's id")
 		})
