@@ -157,13 +157,17 @@ func (m *Metrics) checkpointEnded(id int64, result string, at time.Time, err err
 	}
 }
 
-// checkpointRestored records that a job started from checkpoint id at at.
+// checkpointRestored records that a job started at at from checkpoint id
+// (0: from nothing).
 func (m *Metrics) checkpointRestored(id int64, at time.Time) {
 	m.restoredID.Set(float64(id))
 	h := &m.history
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.restored = &CheckpointRestore{ID: id, At: at}
+	h.restored = nil
+	if id != 0 {
+		h.restored = &CheckpointRestore{ID: id, At: at}
+	}
 }
 
 // CheckpointStats returns the run's recent checkpoints as of now.

@@ -111,9 +111,11 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	if err := j.build(); err != nil {
 		return nil, err
 	}
+	restored := int64(0)
 	if opts.Restore != nil {
-		opts.Metrics.checkpointRestored(opts.Restore.ID(), time.Now())
+		restored = opts.Restore.ID()
 	}
+	opts.Metrics.checkpointRestored(restored, time.Now())
 	if j.coord != nil {
 		go j.coord.run()
 	}
