@@ -236,6 +236,11 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			require.NoError(t, job2.Wait())
 			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
 			require.Equal(t, float64(sp.ID), gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
+			// A later job of the same run that starts empty clears it.
+			require.NoError(t, pipeline.Run(context.Background(), loadSavepointPlan(t, newTxnLog(), "1h", mode, 3, "count: 10"),
+				pipeline.JobOptions{Store: newRecStore(t, 3), Metrics: metrics}))
+			require.Nil(t, metrics.CheckpointStats().Restored)
+			require.Zero(t, gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 			requireExactlyOnce(t, log.output(), n)
 			require.Equal(t, []int64{sp.ID + 1}, store2.completed(t), "the restored job's final checkpoint follows the savepoint's id")
 		})
