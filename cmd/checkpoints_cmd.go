@@ -62,9 +62,11 @@ as for eddy run.
   eddy checkpoints export pipeline.yaml 42 sp.db      checkpoint 42 as a savepoint
   eddy checkpoints export pipeline.yaml latest sp.db  the checkpoint run would restore
   eddy run --from-savepoint sp.db pipeline.yaml       restore it
+  eddy checkpoints status pipeline.yaml               the running eddy's recent ones
 
-The store is locked while eddy run holds it: stop the pipeline first.`,
-		Args: exactArgs(0, "a subcommand: list or export"),
+The store is locked while eddy run holds it: list and export need the
+pipeline stopped; status asks the running process instead.`,
+		Args: exactArgs(0, "a subcommand: list, export or status"),
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	o.AddFlags(c.PersistentFlags())
@@ -125,7 +127,29 @@ locked by a running pipeline, a write error), 2 invalid file or arguments
 			return o.export(c, args[0], args[1], args[2])
 		},
 	}
-	c.AddCommand(list, export)
+	status := &cobra.Command{
+		Use:   "status FILE",
+		Short: "Show the recent checkpoints of the running pipeline in FILE",
+		Long: `Status asks the eddy run process of the pipeline in FILE for its recent
+checkpoints and savepoints, through its admin endpoint (found as eddy
+savepoint trigger finds it): whether it runs, the checkpoint its job
+started from, the checkpoints in progress (with the tasks that have
+acknowledged them: one that does not is where a checkpoint is stuck), the
+last ten that ended, newest first, and the newest that failed, with its
+error. --format json prints the endpoint's GET /checkpoints answer
+(docs/checkpoints.md, "Checkpoint metrics") with "status" added.
+
+Exit codes: 0 ok, 1 no running pipeline was found or it did not answer,
+2 invalid file or flags.`,
+		Args:              exactArgs(1, "one pipeline file"),
+		ValidArgsFunction: pipelineFiles,
+		RunE: func(c *cobra.Command, args []string) error {
+			return o.status(c, args[0])
+		},
+	}
+	o.addListFlags(status.Flags())
+	_ = status.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	c.AddCommand(list, export, status)
 	return c
 }
 
@@ -169,6 +193,9 @@ func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pip
 		store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: spec.Checkpoint.Retain, Logger: logger})
 		return err
 	})
+	if errors.Is(err, statestore.ErrStateDirLocked) {
+		return nil, "", nil, runtimeFailure(fmt.Errorf("open the checkpoints of %q: %w (while it runs, eddy checkpoints status %s shows its recent checkpoints)", spec.Name, err, file))
+	}
 	if err != nil {
 		return nil, "", nil, runtimeFailure(fmt.Errorf("open the checkpoints of %q: %w", spec.Name, err))
 	}

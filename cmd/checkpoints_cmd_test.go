@@ -393,7 +393,7 @@ func TestCheckpointsDamagedStore(t *testing.T) {
 }
 
 // TestCheckpointsLocked: a store that a running pipeline holds cannot be
-// listed; the message names the holder.
+// listed; the message names the holder and the command that asks it.
 func TestCheckpointsLocked(t *testing.T) {
 	f := newCheckpointFixture(t)
 	s, err := statestore.OpenCheckpointStore(filepath.Dir(f.storePath()), statestore.CheckpointStoreOptions{})
@@ -401,7 +401,7 @@ func TestCheckpointsLocked(t *testing.T) {
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	r := execute(t, map[string]string{"EDDY_STATE_DIR": f.state}, "checkpoints", "list", f.file)
 	require.Equal(t, 1, r.code, r.stdout)
-	require.Regexp(t, `^eddy: open the checkpoints of "cp-cmd": state dir .* is in use by another eddy \(pid \d+ on .*\): state dir locked\n$`, r.stderr)
+	require.Regexp(t, `^eddy: open the checkpoints of "cp-cmd": state dir .* is in use by another eddy \(pid \d+ on .*\): state dir locked \(while it runs, eddy checkpoints status `+quote(f.file)+` shows its recent checkpoints\)\n$`, r.stderr)
 }
 
 func fileSize(t *testing.T, path string) int64 {

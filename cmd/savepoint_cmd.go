@@ -170,15 +170,10 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	addrPath := filepath.Join(dir, adminAddrFile)
-	b, err := os.ReadFile(addrPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return runtimeFailure(fmt.Errorf("no running eddy of pipeline %q: %s does not exist (eddy run writes it while it runs with its admin endpoint on; check the state dir)", name, addrPath))
-	}
+	addr, addrPath, err := runningAdmin(name, dir)
 	if err != nil {
-		return runtimeFailure(fmt.Errorf("find the running eddy of pipeline %q: %w", name, err))
+		return err
 	}
-	addr := strings.TrimSpace(string(b))
 	q := url.Values{}
 	if o.dir != "" {
 		abs, err := filepath.Abs(o.dir)
@@ -219,6 +214,20 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 		return runtimeFailure(err)
 	}
 	return nil
+}
+
+// runningAdmin returns the admin endpoint's address of the eddy run of
+// pipeline name with state dir dir, and the file it read it from.
+func runningAdmin(name, dir string) (addr, addrPath string, err error) {
+	addrPath = filepath.Join(dir, adminAddrFile)
+	b, err := os.ReadFile(addrPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", "", runtimeFailure(fmt.Errorf("no running eddy of pipeline %q: %s does not exist (eddy run writes it while it runs with its admin endpoint on; check the state dir)", name, addrPath))
+	}
+	if err != nil {
+		return "", "", runtimeFailure(fmt.Errorf("find the running eddy of pipeline %q: %w", name, err))
+	}
+	return strings.TrimSpace(string(b)), addrPath, nil
 }
 
 // savepointRow is one savepoint file of `savepoint list` and of the admin

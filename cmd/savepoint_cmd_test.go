@@ -175,6 +175,41 @@ func TestSavepointCommand(t *testing.T) {
 			stdout: `^\{`,
 		},
 		{
+			name:   "checkpoints status of the running pipeline",
+			args:   []string{"checkpoints", "status", "--state-dir", f.state, f.file},
+			stdout: `^pipeline sp-cmd: running\nstarted without a checkpoint\n\nrecent, newest first:\nID\s+KIND\s+STATUS\s+TRIGGERED\s+DURATION\s+ACKNOWLEDGED\s+STATE\s+ERROR\n2\s+savepoint\s+completed\s+\S+Z\s+\S+s\s+2/2\s+\d+(\.\d)? [KM]?i?B\s*\n1\s+savepoint\s+completed\s.*\n$`,
+		},
+		{
+			name:   "checkpoints status as json",
+			args:   []string{"checkpoints", "status", "-f", "json", f.file},
+			env:    map[string]string{"EDDY_STATE_DIR": f.state},
+			stdout: `^\{`,
+			check: func(t *testing.T, out string) {
+				var s runStatus
+				require.NoError(t, json.Unmarshal([]byte(out), &s))
+				require.Equal(t, "sp-cmd", s.Pipeline)
+				require.Equal(t, "running", s.Status)
+				require.Nil(t, s.Restored)
+				require.Empty(t, s.InProgress)
+				require.Len(t, s.History, 2)
+				for i, r := range s.History {
+					require.Equal(t, int64(2-i), r.ID)
+					require.Equal(t, "savepoint", r.Kind)
+					require.Equal(t, "completed", r.Status)
+					require.Equal(t, r.Tasks, r.Acknowledged)
+					require.Positive(t, r.StateBytes)
+				}
+				require.Equal(t, s.History[0], *s.LatestCompleted)
+				require.Nil(t, s.LatestFailed)
+			},
+		},
+		{
+			name:   "checkpoints status without a running process",
+			args:   []string{"checkpoints", "status", "--state-dir", t.TempDir(), f.file},
+			code:   1,
+			stderr: `^eddy: no running eddy of pipeline "sp-cmd": .*/sp-cmd/admin.addr does not exist`,
+		},
+		{
 			name:   "list a state dir without savepoints",
 			args:   []string{"savepoint", "list", "--state-dir", t.TempDir(), f.file},
 			stdout: `^no savepoints of pipeline sp-cmd in .*/sp-cmd/savepoints\n$`,
@@ -304,6 +339,9 @@ func TestSavepointCommand(t *testing.T) {
 	state2 := t.TempDir()
 	run = runInBackground(t, "run", "--log-level", "info", "--state-dir", state2, "--from-savepoint", final, f.file)
 	run.waitForFile(t, filepath.Join(state2, "sp-cmd", adminAddrFile))
+	r = execute(t, nil, "checkpoints", "status", "--state-dir", state2, f.file)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `^pipeline sp-cmd: running\nstarted from checkpoint 4 at \S+Z\n\nno checkpoint has ended yet\n$`, r.stdout)
 	r = execute(t, nil, "savepoint", "trigger", "--stop", "--state-dir", state2, f.file)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Regexp(t, `/savepoint-5-\S+\.db\n$`, r.stdout)
