@@ -102,10 +102,15 @@ func NewMetrics() *Metrics {
 		Name: "eddy_checkpoint_sync_seconds",
 		Help: "Of the newest checkpoint a task took: its synchronous part (sinks flushed and pre-committed, state captured, barrier forwarded).",
 	}, labels)
-	m.Registry.MustRegister(m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
-		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
-		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime)
+	m.Registry.MustRegister(m.collectors()...)
 	return m
+}
+
+// collectors returns every series family of m.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
+		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
+		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
 }
 
 // TaskCheckpointGauges describe the newest checkpoint a task took.
