@@ -96,7 +96,7 @@ func NewMetrics() *Metrics {
 	}, labels)
 	m.alignment = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eddy_checkpoint_alignment_seconds",
-		Help: "Of the newest checkpoint a task took: from its first barrier to its last (0 with one input).",
+		Help: "Of the newest checkpoint a task took: from its first barrier to its last (next to 0 with one input).",
 	}, labels)
 	m.syncTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eddy_checkpoint_sync_seconds",
