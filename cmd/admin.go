@@ -69,9 +69,10 @@ func adminEnabled(addr string) bool {
 
 // startAdmin listens on addr and serves the admin endpoint for target:
 // savepoints of pipeline name go to spDir unless a request names another
-// directory, and /metrics and /checkpoints serve m. An unparsable addr is invalid input;
-// a failure to listen is returned as is. Called by the run before its
-// first job starts; publish then tells `eddy savepoint` where it is.
+// directory, and /metrics and /checkpoints serve m. An unparsable addr is
+// invalid input; a failure to listen is returned as is. Called by the run
+// before its first job starts; publish then tells `eddy savepoint` where
+// it is.
 func startAdmin(logger *slog.Logger, addr string, target adminTarget, m *pipeline.Metrics, name, spDir string) (*adminServer, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
