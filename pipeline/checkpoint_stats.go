@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -137,13 +138,14 @@ func (m *Metrics) checkpointEnded(id int64, result string, at time.Time, err err
 	}
 	delete(h.inProgress, id)
 	m.checkpointsInFlight.Set(float64(len(h.inProgress)))
-	r.Status, r.DurationMS = result, at.Sub(r.Triggered).Milliseconds()
+	d := at.Sub(r.Triggered)
+	r.Status, r.DurationMS = result, d.Milliseconds()
 	if err != nil {
 		r.Error = err.Error()
 	}
 	switch result {
 	case resultCompleted:
-		m.checkpointDuration.WithLabelValues(r.Kind).Observe(at.Sub(r.Triggered).Seconds())
+		m.checkpointDuration.WithLabelValues(r.Kind).Observe(d.Seconds())
 		h.latestCompleted = r
 	case resultFailed:
 		h.latestFailed = r
@@ -182,7 +184,7 @@ func (m *Metrics) CheckpointStats() CheckpointStats {
 		c.DurationMS = now.Sub(c.Triggered).Milliseconds()
 		s.InProgress = append(s.InProgress, c)
 	}
-	slices.SortFunc(s.InProgress, func(a, b CheckpointRecord) int { return int(b.ID - a.ID) })
+	slices.SortFunc(s.InProgress, func(a, b CheckpointRecord) int { return cmp.Compare(b.ID, a.ID) })
 	for i := len(h.ended) - 1; i >= 0; i-- {
 		s.History = append(s.History, h.ended[i])
 	}

@@ -63,6 +63,12 @@ func NewMetrics() *Metrics {
 			Name: "eddy_watermark_ms", Help: "Current input watermark of a task, epoch ms.",
 		}, labels),
 	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	taskGauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
 	m.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "eddy_checkpoints_total",
 		Help: "Checkpoints and savepoints triggered, by kind (checkpoint, savepoint) and how they ended (completed, failed, subsumed).",
@@ -72,36 +78,25 @@ func NewMetrics() *Metrics {
 		Help:    "Time from trigger to completion of the completed checkpoints (durable in the store) and savepoints (their file written).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 	}, []string{"kind"})
-	m.checkpointsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "eddy_checkpoints_in_progress", Help: "Checkpoints and savepoints triggered and not complete yet.",
-	})
-	m.lastCheckpointID = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_last_completed_id", Help: "Id of the newest completed checkpoint (savepoints included): the one a restart restores.",
-	})
-	m.lastCheckpointTime = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_last_completed_timestamp_seconds", Help: "When the newest checkpoint completed, Unix time.",
-	})
-	m.lastCheckpointBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_last_state_bytes", Help: "Keyed state bytes the newest completed checkpoint wrote (of an incremental one, its deltas' and whole parts').",
-	})
-	m.restoredID = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_restored_id", Help: "Id of the checkpoint or savepoint the job last started from (0: none).",
-	})
+	m.checkpointsInFlight = gauge("eddy_checkpoints_in_progress",
+		"Checkpoints and savepoints triggered and not complete yet.")
+	m.lastCheckpointID = gauge("eddy_checkpoint_last_completed_id",
+		"Id of the newest completed checkpoint (savepoints included): the one a restart restores.")
+	m.lastCheckpointTime = gauge("eddy_checkpoint_last_completed_timestamp_seconds",
+		"When the newest checkpoint completed, Unix time.")
+	m.lastCheckpointBytes = gauge("eddy_checkpoint_last_state_bytes",
+		"Keyed state bytes the newest completed checkpoint wrote (of an incremental one, its deltas' and whole parts').")
+	m.restoredID = gauge("eddy_checkpoint_restored_id",
+		"Id of the checkpoint or savepoint the job last started from (0: none).")
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "eddy_restarts_total", Help: "Restarts of the job from its latest checkpoint by the restart strategy.",
 	})
-	m.startDelay = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_start_delay_seconds",
-		Help: "Of the newest checkpoint a task took: from the trigger until its first barrier reached the task (a source: until the task took it).",
-	}, labels)
-	m.alignment = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_alignment_seconds",
-		Help: "Of the newest checkpoint a task took: from its first barrier to its last (next to 0 with one input).",
-	}, labels)
-	m.syncTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "eddy_checkpoint_sync_seconds",
-		Help: "Of the newest checkpoint a task took: its synchronous part (sinks flushed and pre-committed, state captured, barrier forwarded).",
-	}, labels)
+	m.startDelay = taskGauge("eddy_checkpoint_start_delay_seconds",
+		"Of the newest checkpoint a task took: from the trigger until its first barrier reached the task (a source: until the task took it).")
+	m.alignment = taskGauge("eddy_checkpoint_alignment_seconds",
+		"Of the newest checkpoint a task took: from its first barrier to its last (next to 0 with one input).")
+	m.syncTime = taskGauge("eddy_checkpoint_sync_seconds",
+		"Of the newest checkpoint a task took: its synchronous part (sinks flushed and pre-committed, state captured, barrier forwarded).")
 	m.Registry.MustRegister(m.collectors()...)
 	return m
 }
