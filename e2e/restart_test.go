@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,13 +67,13 @@ func TestRestartStrategy(t *testing.T) {
 
 // TestRestartMetrics: while a job that failed waits to restart, its admin
 // endpoint reports the restart and the checkpoints that completed before,
-// one per log line.
+// one per log line, and the process's own metrics.
 func TestRestartMetrics(t *testing.T) {
 	work := t.TempDir()
 	file := filepath.Join(work, "restart.yaml")
 	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, restartText, "restart-metrics", 1, "10m"), 0o644))
 	state := filepath.Join(work, "state")
-	p := startEddy(t, work, map[string]string{"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state}, "run", file)
+	p := startEddy(t, work, map[string]string{"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state, "GOMEMLIMIT": "3GiB"}, "run", file)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for len(p.log.find("pipeline failed: restarting from the latest checkpoint")) == 0 {
@@ -96,6 +98,14 @@ func TestRestartMetrics(t *testing.T) {
 	require.Contains(t, metrics, fmt.Sprintf("\neddy_checkpoints_total{kind=\"checkpoint\",result=\"completed\"} %d\n", completed))
 	require.Contains(t, metrics, "\neddy_checkpoints_total{kind=\"checkpoint\",result=\"failed\"} 0\n")
 	require.Contains(t, metrics, "\neddy_checkpoints_in_progress 0\n")
+	// The Go runtime's and the process's series (the memory alert's).
+	require.Contains(t, metrics, "\ngo_gc_gomemlimit_bytes 3.221225472e+09\n")
+	rss := regexp.MustCompile(`\nprocess_resident_memory_bytes ([0-9.e+]+)\n`).FindStringSubmatch(metrics)
+	require.NotNil(t, rss, "process_resident_memory_bytes")
+	rssBytes, err := strconv.ParseFloat(rss[1], 64)
+	require.NoError(t, err)
+	require.Greater(t, rssBytes, float64(1<<20))
+	require.Regexp(t, `\ngo_memstats_heap_released_bytes [0-9]`, metrics)
 
 	// GET /checkpoints: what was in flight when the job failed is aborted,
 	// the rest completed; the newest completed is the last logged.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -13,6 +14,11 @@ import (
 // batch, never by label lookup per record.
 type Metrics struct {
 	Registry *prometheus.Registry
+
+	// The process's: Go runtime (heap, collector, goroutines, the soft
+	// memory limit) and OS process (resident memory, CPU, file
+	// descriptors), as every Go exporter has them.
+	runtime, process prometheus.Collector
 
 	recordsIn    *prometheus.CounterVec
 	recordsOut   *prometheus.CounterVec
@@ -44,6 +50,8 @@ func NewMetrics() *Metrics {
 	labels := []string{"id", "subtask"}
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		runtime:  collectors.NewGoCollector(),
+		process:  collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		recordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_records_in_total", Help: "Records received by a source, step or sink subtask.",
 		}, labels),
@@ -103,7 +111,7 @@ func NewMetrics() *Metrics {
 
 // collectors returns every series family of m.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
+	return []prometheus.Collector{m.runtime, m.process, m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
 		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
 }

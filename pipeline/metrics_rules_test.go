@@ -14,7 +14,8 @@ import (
 
 // TestAlertRulesNameRealMetrics: the example alerting rules
 // (configs/monitoring/eddy-alerts.yaml) select only series that eddy
-// exports, by labels they have, with values eddy uses.
+// exports (its own, and the Go runtime's and the process's), by labels
+// they have, with values eddy uses.
 func TestAlertRulesNameRealMetrics(t *testing.T) {
 	labels := map[string][]string{} // series name -> its labels
 	histograms := map[string]bool{}
@@ -52,7 +53,7 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(b, &file))
 	require.NotEmpty(t, file.Groups)
-	selector := regexp.MustCompile(`(eddy_[a-z_]+)(\{([^}]*)\})?`)
+	selector := regexp.MustCompile(`\b((?:eddy|go|process)_[a-z_]+)(\{([^}]*)\})?`)
 	matcher := regexp.MustCompile(`^\s*([a-z_]+)\s*=\s*"([^"]*)"\s*$`)
 	seen := 0
 	for _, g := range file.Groups {
