@@ -26,6 +26,7 @@ type Metrics struct {
 	lateDropped  *prometheus.CounterVec
 	windowsFired *prometheus.CounterVec
 	watermark    *prometheus.GaugeVec
+	pending      *prometheus.GaugeVec
 
 	// Checkpoints and savepoints (the coordinator's), and the job's
 	// restarts (eddy run's restart strategy).
@@ -70,6 +71,10 @@ func NewMetrics() *Metrics {
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "eddy_watermark_ms", Help: "Current input watermark of a task, epoch ms.",
 		}, labels),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eddy_source_pending_records",
+			Help: "Records a source subtask has yet to read, where the source knows (kafka: high watermark less the next offset, over its partitions).",
+		}, labels),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -111,7 +116,7 @@ func NewMetrics() *Metrics {
 
 // collectors returns every series family of m.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.runtime, m.process, m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark,
+	return []prometheus.Collector{m.runtime, m.process, m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
 		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
 }
@@ -176,6 +181,12 @@ func (m *Metrics) WindowsFired(info SubtaskInfo) prometheus.Counter {
 // Watermark returns the watermark gauge of a task (labelled by its head id).
 func (m *Metrics) Watermark(info SubtaskInfo) prometheus.Gauge {
 	return m.watermark.With(m.labels(info))
+}
+
+// SourcePending returns the gauge of the records a source subtask has yet
+// to read (Flink's pendingRecords), for sources that know it.
+func (m *Metrics) SourcePending(info SubtaskInfo) prometheus.Gauge {
+	return m.pending.With(m.labels(info))
 }
 
 // CounterValue returns the current value of a counter, for tests and summaries.

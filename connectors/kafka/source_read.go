@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -58,6 +59,9 @@ type source struct {
 
 	// readErr is the error that ended the source (Read goroutine).
 	readErr error
+	// pending is the records the subtask has yet to read, over its
+	// partitions (Read goroutine; nil without metrics).
+	pending prometheus.Gauge
 
 	// Task goroutine: the offsets committed to group_id last.
 	committed map[topicPartition]int64
@@ -71,6 +75,9 @@ type partition struct {
 	// the stopping offset (bounded) or noStop. Read goroutine only.
 	next, stop int64
 	done       bool
+	// hwm is the partition's high watermark at its newest batch (0: none
+	// yet).
+	hwm int64
 }
 
 // event is what a partition goroutine or discovery hands to Read.
@@ -80,6 +87,9 @@ type event struct {
 	failed []pipeline.FailedRecord
 	// next is the partition's offset after recs and failed.
 	next int64
+	// hwm is the partition's high watermark when the batch was fetched
+	// (0: unknown).
+	hwm int64
 	// done says that the partition reached its stop offset.
 	done bool
 	// added are partitions that discovery starts reading.
@@ -99,6 +109,9 @@ func (s *source) Open(ctx context.Context, sc *pipeline.SourceContext) (err erro
 	s.fatal = make(chan error, 1)
 	s.stop = make(chan struct{})
 	s.free = make(chan *event, 16)
+	if sc.Metrics != nil {
+		s.pending = sc.Metrics.SourcePending(sc.SubtaskInfo)
+	}
 	conf, err := s.cfg.consumerConfig()
 	if err != nil {
 		return fmt.Errorf("kafka source %q: %w", s.id, err)
@@ -448,6 +461,9 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 			b.Failed = append(b.Failed, ev.failed...)
 			b.Split = p.split
 			p.next = ev.next
+			if ev.hwm > 0 {
+				p.hwm = ev.hwm
+			}
 			binary.BigEndian.PutUint64(s.posTmpl[s.posAt[p.split]:], uint64(p.next))
 			if ev.done && !p.done {
 				p.done = true
@@ -456,9 +472,28 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 			}
 			b.Position = slices.Clone(s.posTmpl)
 			s.recycle(ev)
+			s.updatePending()
 			return nil
 		}
 	}
+}
+
+// updatePending sets the pending gauge: what each partition not done has
+// between its next offset and its high watermark. Under read_committed
+// the high watermark also counts open transactions' records and the
+// markers that end transactions, so a partition written transactionally
+// shows a record or so pending when it is read to the end.
+func (s *source) updatePending() {
+	if s.pending == nil {
+		return
+	}
+	var n int64
+	for _, p := range s.parts {
+		if !p.done && p.hwm > p.next {
+			n += p.hwm - p.next
+		}
+	}
+	s.pending.Set(float64(n))
 }
 
 func (s *source) recycle(ev *event) {
@@ -572,6 +607,7 @@ func (s *source) consume(p *partition, pc sarama.PartitionConsumer, next, stop i
 		}
 		ev := s.newEvent(p)
 		ev.next = next
+		ev.hwm = pc.HighWaterMarkOffset()
 		s.decode(dec, msgs, stop, ev)
 		done := ev.done
 		next = ev.next

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	_ "github.com/eddy-stream/eddy/connectors/file" // the file sink of the pipeline test
@@ -368,6 +369,38 @@ func TestKafkaSourceReadsAllPartitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKafkaSourcePendingRecords: after each batch the pending gauge is
+// what the partitions read so far have between their next offset and
+// their high watermark, and 0 once everything is read.
+func TestKafkaSourcePendingRecords(t *testing.T) {
+	brokers := testBrokers(t)
+	topic := testTopic(t, brokers, 2)
+	const perPartition = 1500
+	produce(t, brokers, append(jsonMsgs(topic, 0, 0, perPartition), jsonMsgs(topic, 1, 0, perPartition)...)...)
+	cfg := loadKafkaSource(t, brokers, fmt.Sprintf("topics: [%s]\nstart_from: earliest", topic))
+	src, _ := openKafkaSource(t, cfg, 0, 1, nil, nil)
+	require.NotNil(t, src.pending)
+	next := map[int32]int64{}
+	sawPending := false
+	for read := 0; read < 2*perPartition; {
+		b := readBatch(t, src)
+		require.NoError(t, b.Err)
+		for _, r := range b.Records {
+			next[r.Meta.Partition] = r.Meta.Offset + 1
+		}
+		read += len(b.Records)
+		var want int64
+		for _, n := range next {
+			want += perPartition - n
+		}
+		var m dto.Metric
+		require.NoError(t, src.pending.Write(&m))
+		require.Equal(t, float64(want), m.GetGauge().GetValue(), "after %d records", read)
+		sawPending = sawPending || want > 0
+	}
+	require.True(t, sawPending, "a batch left records pending (at most %d per batch)", maxBatch)
 }
 
 // Key, headers, partition, offset and broker timestamp are in Meta.
