@@ -116,7 +116,8 @@ func NewMetrics() *Metrics {
 
 // collectors returns every series family of m.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.runtime, m.process, m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
+	return []prometheus.Collector{m.runtime, m.process,
+		m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
 		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
 }
