@@ -68,13 +68,6 @@ func NewMetrics() *Metrics {
 		windowsFired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_windows_fired_total", Help: "Window firings emitted by a window step.",
 		}, labels),
-		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eddy_watermark_ms", Help: "Current input watermark of a task, epoch ms.",
-		}, labels),
-		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eddy_source_pending_records",
-			Help: "Records a source subtask has yet to read, where the source knows (kafka: high watermark less the next offset, over its partitions).",
-		}, labels),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -82,6 +75,9 @@ func NewMetrics() *Metrics {
 	taskGauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	}
+	m.watermark = taskGauge("eddy_watermark_ms", "Current input watermark of a task, epoch ms.")
+	m.pending = taskGauge("eddy_source_pending_records",
+		"Records a source subtask has yet to read, where the source knows (kafka: high watermark less the next offset, over its partitions).")
 	m.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "eddy_checkpoints_total",
 		Help: "Checkpoints and savepoints triggered, by kind (checkpoint, savepoint) and how they ended (completed, failed, subsumed).",
