@@ -1082,7 +1082,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		// Parts that the newest checkpoint committed (or would have) and the
 		// previous one did not list: a restore of the previous checkpoint
 		// keeps those already committed, and the replay writes their records
-		// again (docs/connectors.md, "Restoring an older checkpoint").
+		// again (docs/connectors.md, "With checkpoints: part files, exactly-once").
 		dups := map[string]bool{}
 		for _, f := range committableFinals(t, storeOf(work), newest) {
 			dups[f] = true

@@ -14,7 +14,7 @@ import (
 )
 
 // windowOp is the operator of a key_by step with a window, on one subtask
-// (DESIGN.md §2, docs/windows.md). Its state (accumulators of windows,
+// (docs/windows.md). Its state (accumulators of windows,
 // panes and sessions, session bounds, record counters) and its timers live
 // in the subtask's keyed state backend, which snapshots them; the operator
 // itself holds nothing that a restore would need.

@@ -19,8 +19,8 @@ import (
 // disorder, some records far behind) through tumbling, sliding and session
 // windows with random allowed lateness, a watermark after every record
 // (watermark.interval: 0), and compares every step's results, re-firings
-// and late records with a naive implementation of DESIGN.md §2 written
-// from the rules alone: windows are kept as lists of values, all windows
+// and late records with a naive implementation of the window semantics
+// written from the rules alone: windows are kept as lists of values, all windows
 // of a record are computed by enumeration, and nothing is incremental.
 func TestWindowProperty(t *testing.T) {
 	runs := 300

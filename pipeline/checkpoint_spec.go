@@ -40,7 +40,7 @@ func (m *CheckpointMode) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// CheckpointSpec is the `checkpoint:` block (DESIGN.md §1).
+// CheckpointSpec is the `checkpoint:` block (docs/pipeline.md).
 type CheckpointSpec struct {
 	Interval          Duration       `yaml:"interval"`
 	Mode              CheckpointMode `yaml:"mode"`

@@ -205,7 +205,7 @@ type Sink interface {
 }
 
 // TwoPhaseCommitSink is a sink whose output becomes visible through one
-// transaction per checkpoint (DESIGN.md §3): what it writes between two
+// transaction per checkpoint: what it writes between two
 // barriers is pre-committed at the second and committed once that
 // checkpoint is complete. Found by type assertion on a Sink.
 type TwoPhaseCommitSink interface {

@@ -70,8 +70,8 @@ type CheckpointMeta struct {
 // it: a SavepointMeta in JSON. Only savepoints have it; restores ignore it.
 const SavepointMetaPart = "meta/savepoint"
 
-// SavepointMeta describes a savepoint (docs/checkpoints.md, "Savepoint
-// files"): what `eddy savepoint list` shows. The coordinator writes it into
+// SavepointMeta describes a savepoint (docs/checkpoints.md, "Savepoints"):
+// what `eddy savepoint list` shows. The coordinator writes it into
 // every savepoint as SavepointMetaPart.
 type SavepointMeta struct {
 	Version  int       `json:"version"`
@@ -133,7 +133,7 @@ func parsePart(part string) (kind, id string, sub int, ok bool) {
 var ErrCheckpointFailed = errors.New("checkpoint failed")
 
 // coordinator triggers checkpoints, collects the tasks' acks, writes their
-// snapshots asynchronously and completes checkpoints (DESIGN.md §2–§3). It
+// snapshots asynchronously and completes checkpoints (docs/architecture.md). It
 // runs on its own goroutine; tasks talk to it through channels.
 type coordinator struct {
 	job    *Job

@@ -202,7 +202,7 @@ func (j *Job) Wait() error {
 func (j *Job) Done() <-chan struct{} { return j.done }
 
 // TriggerCheckpoint makes every source emit barrier id (the coordinator's
-// trigger, DESIGN.md §2). Acks arrive at JobOptions.OnAck.
+// trigger). Acks arrive at JobOptions.OnAck.
 func (j *Job) TriggerCheckpoint(ctx context.Context, b Barrier) error {
 	for _, t := range j.tasks {
 		if t.head.src == nil {

@@ -153,8 +153,8 @@ func FormatKey(key string) string {
 	return fmt.Sprint(v)
 }
 
-// KeyGroup returns the key group of a canonical key: hash(key) mod maxParallelism
-// (DESIGN.md §2). Key groups are the unit of state redistribution.
+// KeyGroup returns the key group of a canonical key: hash(key) mod
+// maxParallelism. Key groups are the unit of state redistribution.
 func KeyGroup(key string, maxParallelism int) int {
 	return int(xxhash.Sum64String(key) % uint64(maxParallelism))
 }

@@ -120,7 +120,7 @@ type Plan struct {
 	Nodes  []*Node
 	Chains []*Chain
 	// Guarantee is the end-to-end delivery guarantee after a crash, the
-	// weakest of the components (DESIGN.md §2).
+	// weakest of the components.
 	Guarantee Guarantee
 	// GuaranteeWhy names the components that limit Guarantee.
 	GuaranteeWhy []string

@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Spec is a loaded, validated pipeline file (DESIGN.md §1).
+// Spec is a loaded, validated pipeline file (docs/pipeline.md).
 type Spec struct {
 	// File is the path the spec was loaded from; Hash the sha256 of its text.
 	File string

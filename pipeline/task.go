@@ -886,7 +886,7 @@ func (t *task) updateWatermark() error {
 	return t.advance(wm)
 }
 
-// onBarrier aligns checkpoint barriers (DESIGN.md §2): in exactly-once mode
+// onBarrier aligns checkpoint barriers: in exactly-once mode
 // an input that delivered barrier N is held until every input did.
 func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error) {
 	changed := false

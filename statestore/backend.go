@@ -8,7 +8,7 @@ import (
 )
 
 // KeyGroupFunc maps a canonical key to its key group, 0..maxParallelism-1
-// (DESIGN.md §2: hash(key) mod max_parallelism). It must be pure: the same key
+// (hash(key) mod max_parallelism). It must be pure: the same key
 // always maps to the same group, in every run and at every parallelism, or
 // restored state would land in the wrong subtask. A restore calls it from
 // several goroutines at once.

@@ -75,7 +75,7 @@ func (o *opener) rng(start, end int) statestore.Backend {
 	return b
 }
 
-// subtask opens the backend of subtask sub of p (DESIGN.md §2 ranges).
+// subtask opens the backend of subtask sub of p (its contiguous range of key groups).
 func (o *opener) subtask(sub, p int) statestore.Backend {
 	start, end := keyGroupRange(sub, p, o.maxPar)
 	return o.rng(start, end)

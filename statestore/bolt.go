@@ -55,10 +55,9 @@ const DefaultCacheEntries = 10_000
 // livePageSize is the page size of the live state file. bbolt's default,
 // the OS page (4 KiB), holds only three values of 1 KiB: each flush then
 // rewrites a page (and a write call) for about every value it writes, and
-// the tree is deep. 16 KiB pages flushed records about 30% faster when
-// keys come in order and 11% faster in random order, and restored 1 GiB
-// 20-25% faster (checkpointbench, docs/state.md); 64 KiB pages were 22%
-// slower in random order, each value then rewriting 64 KiB.
+// the tree is deep. 16 KiB pages flush and restore faster; 64 KiB pages
+// are slower with keys in random order, each value then rewriting 64 KiB
+// (docs/state.md, "Live files").
 const livePageSize = 16 << 10
 
 // BoltFileName is the name of the live state file in BoltOptions.Dir.

@@ -22,7 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Checkpoint storage (DESIGN.md §3 "Storage"): the durable half of a
+// Checkpoint storage: the durable half of a
 // checkpoint. The checkpoint coordinator (pipeline/) begins checkpoint N,
 // the tasks' asynchronous snapshot parts Put their blobs into it from their
 // own goroutines, and the coordinator Completes it once every task acked.
@@ -101,7 +101,7 @@ type CheckpointMeta struct {
 	Time time.Time
 	// Committables are small values stored in the metadata record,
 	// typically the two-phase-commit sinks' pre-committed transactions
-	// (DESIGN.md §3), keyed by e.g. "sink/<id>/<subtask>". At most
+	// (TwoPhaseCommitSink), keyed by e.g. "sink/<id>/<subtask>". At most
 	// MaxCommittablesSize bytes in all.
 	Committables map[string][]byte
 }

@@ -5,14 +5,14 @@
 // descriptors, the per-operator TimerService, and the snapshot format that
 // checkpoints and savepoints store (docs/state.md specifies it byte by byte).
 //
-// State is sharded into key groups (DESIGN.md §2): every key belongs to one key
+// State is sharded into key groups: every key belongs to one key
 // group, computed by the KeyGroupFunc the caller injects, and a subtask's
 // backend owns a contiguous range [start, end) of them. A snapshot is encoded
 // one blob per key group, so a savepoint taken at parallelism p restores at
 // parallelism q by handing each new subtask the blobs of its range.
 //
 // Threading: a Backend, its state handles and its timer services belong to one
-// goroutine, the task's (DESIGN.md §3), and take no locks. Snapshot captures
+// goroutine, the task's, and take no locks. Snapshot captures
 // on that goroutine in O(states × key groups + timers); the returned Snapshot
 // encodes on any other goroutine while the task keeps mutating the backend
 // (copy-on-write per key group and per key).

@@ -3,7 +3,7 @@
 // The source assigns partitions to its subtasks itself (no consumer-group
 // rebalancing), keeps the offsets in eddy's checkpoints and emits watermarks
 // per partition. The sink writes one Kafka transaction per checkpoint and
-// sink subtask (DESIGN.md §4): pre-committed at the barrier, committed when
+// sink subtask: pre-committed at the barrier, committed when
 // the checkpoint completes, and committed again from the checkpoint after a
 // crash, from a small pool of transactional ids so that a new transaction
 // never fences one a pending checkpoint still has to commit.

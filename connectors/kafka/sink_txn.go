@@ -16,7 +16,7 @@ import (
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
-// Exactly-once (DESIGN.md §4, Flink's KafkaSink): one Kafka transaction per
+// Exactly-once (Flink's KafkaSink): one Kafka transaction per
 // checkpoint and sink subtask. The first record after a barrier begins a
 // transaction on a free transactional id of the subtask's pool; once its
 // first record is acknowledged, the transaction is Ongoing at its
