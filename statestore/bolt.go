@@ -57,7 +57,7 @@ const DefaultCacheEntries = 10_000
 // rewrites a page (and a write call) for about every value it writes, and
 // the tree is deep. 16 KiB pages flushed records about 30% faster when
 // keys come in order and 11% faster in random order, and restored 1 GiB
-// 20-25% faster (checkpointbench, docs/state.md); 64 KiB pages were 22%
+// 20-25% faster (the checkpoint benchmark, docs/state.md); 64 KiB pages were 22%
 // slower in random order, each value then rewriting 64 KiB.
 const livePageSize = 16 << 10
 
@@ -406,7 +406,7 @@ func (b *Bolt) flush() error {
 // startFlush encodes the writes of every dirty cache entry, on the task
 // goroutine, and commits them in one transaction on a goroutine of its
 // own: bbolt's B+tree updates and the commit (page allocation, writes) were
-// about a third of the task's time in checkpointbench. Nothing may be in
+// about a third of the task's time in the checkpoint benchmark. Nothing may be in
 // flight (landFlush first).
 func (b *Bolt) startFlush() error {
 	if b.closed {
