@@ -16,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // settings are the EDDY_* variables the commands read; each test run
 // starts with them unset so that the caller's environment does not leak in.
-var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR", "EDDY_ADMIN_ADDR", "EDDY_HUGE_PAGES"}
+var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR", "EDDY_ADMIN_ADDR", "EDDY_GC_PERCENT"}
 
 type result struct {
 	code           int
@@ -185,10 +185,9 @@ func TestCommands(t *testing.T) {
 			want: result{code: 2, stderr: "eddy: log format \"xml\": want text or json (--log-format or EDDY_LOG_FORMAT)\nRun 'eddy run --help' for usage.\n"},
 		},
 		{
-			name: "run with a bad huge pages setting",
-			args: []string{"run", "testdata/ok.yaml"},
-			env:  map[string]string{"EDDY_HUGE_PAGES": "maybe"},
-			want: result{code: 2, stderr: "eddy: huge pages \"maybe\": want auto, on, off or a size such as 8GiB (--huge-pages or EDDY_HUGE_PAGES)\nRun 'eddy run --help' for usage.\n"},
+			name: "run with an unknown flag",
+			args: []string{"run", "--huge-pages", "on", "testdata/ok.yaml"},
+			want: result{code: 2, stderr: "eddy: unknown flag: --huge-pages\nRun 'eddy run --help' for usage.\n"},
 		},
 		{
 			name: "run a pipeline that fails",

@@ -3,7 +3,6 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,14 +19,8 @@ import (
 const envPrefix = "EDDY"
 
 // Execute runs the eddy command line with os.Args and returns the exit code.
-// `eddy run` first re-executes itself to return freed memory to the
-// kernel lazily (ReleaseMemoryLazily).
 func Execute() int {
-	root := NewRootCommand()
-	if c, _, err := root.Find(os.Args[1:]); err == nil && c.Parent() == root && c.Name() == "run" {
-		ReleaseMemoryLazily()
-	}
-	return ExecuteCommand(root)
+	return ExecuteCommand(NewRootCommand())
 }
 
 // ExecuteCommand runs root (with the arguments, input and outputs set on

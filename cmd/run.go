@@ -18,11 +18,15 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/eddy-stream/eddy/connectors/stdio"
+	"github.com/eddy-stream/eddy/internal/memlimit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
-const keyStateDir = "state-dir"
+const (
+	keyStateDir  = "state-dir"
+	keyGCPercent = "gc-percent"
+)
 
 // runOptions are the flags of `eddy run`.
 type runOptions struct {
@@ -38,10 +42,8 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.restore.yes, "yes", false, "with --fresh: do not ask")
 	fs.StringVar(&o.restore.fromSavepoint, "from-savepoint", "", "restore from this savepoint file instead of the latest checkpoint")
 	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
-	fs.Int(keyGCPercent, DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
+	fs.Int(keyGCPercent, memlimit.DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
-	fs.String(keyHugePages, hugePagesOff, hugePagesUsage+" (env "+envName(keyHugePages)+")")
-	bindFlag(o.global.v, fs, keyHugePages)
 	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
 	bindFlag(o.global.v, fs, keyAdminAddr)
 }
@@ -97,15 +99,8 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	if err := checkAdminAddr(adminAddr); err != nil {
 		return err
 	}
-	hugePages, err := hugePagesReservation(o.global.v.GetString(keyHugePages), heapKeyedState(plan))
-	if err != nil {
-		return err
-	}
 	logger = logger.With("pipeline", spec.Name)
-	TuneMemory(logger, o.global.v.GetInt(keyGCPercent))
-	if hugePages != 0 {
-		ReserveHugePages(logger, hugePages)
-	}
+	memlimit.Apply(logger, o.global.v.GetInt(keyGCPercent))
 	subtasks := 0
 	for _, ch := range plan.Chains {
 		subtasks += ch.Parallelism

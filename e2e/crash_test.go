@@ -89,11 +89,9 @@ type crashScenario struct {
 	// exact adds checks of an exactly_once run beyond multiset equality.
 	exact func(t *testing.T, want, got []string)
 	// state, when set, is a state block appended to the pipeline file.
-	// With incremental, its checkpoints are incremental and retain one;
-	// with lowPriority, checkpoint.priority is low.
+	// With incremental, its checkpoints are incremental and retain one.
 	state       string
 	incremental bool
-	lowPriority bool
 }
 
 func crashScenarios() []crashScenario {
@@ -152,12 +150,10 @@ func TestCrashRecovery(t *testing.T) {
 			run(sc.name+"/"+mode, sc, mode, si*2+mi)
 		}
 		// Incremental checkpoints, retaining one: a restore reads a chain
-		// of deltas, whose bases retention must keep. Their snapshots are
-		// written at low priority (checkpoint.priority: low), on threads
-		// of their own.
+		// of deltas, whose bases retention must keep.
 		inc := sc
-		inc.incremental, inc.lowPriority = true, true
-		run(sc.name+"/exactly_once/incremental-low-priority", inc, "exactly_once", 300+si)
+		inc.incremental = true
+		run(sc.name+"/exactly_once/incremental", inc, "exactly_once", 300+si)
 	}
 	// The same with the bbolt backend, with caches smaller than the keys of
 	// a subtask (1000 ids for dedupe, 13 keys for window, the aggregate's
@@ -189,15 +185,12 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 		}
 	}
 	file := mustAbs(t, sc.file)
-	if sc.state != "" || sc.incremental || sc.lowPriority {
+	if sc.state != "" || sc.incremental {
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
 		require.Contains(t, string(b), "  retain: 3\n")
 		if sc.incremental {
 			b = bytes.Replace(b, []byte("  retain: 3\n"), []byte("  retain: 1\n  incremental: true\n"), 1)
-		}
-		if sc.lowPriority {
-			b = bytes.Replace(b, []byte("  retain: "), []byte("  priority: low\n  retain: "), 1)
 		}
 		file = filepath.Join(work, filepath.Base(file))
 		require.NoError(t, os.WriteFile(file, append(b, sc.state...), 0o644))

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkWindowCheckpointState measures what a checkpoint costs the
-// memory backend holding the state of checkpointbench's window (count, avg
+// memory backend holding the state of BenchmarkCheckpointOverhead's window (count, avg
 // and the latest 1 KiB payload per key, one open 24h window each), per key:
 //
 //   - encode: Snapshot and WriteTo (the asynchronous part), into a writer

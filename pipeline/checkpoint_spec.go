@@ -55,32 +55,6 @@ type CheckpointSpec struct {
 	Incremental bool `yaml:"incremental"`
 	// OnSigterm is what `eddy run` does on SIGTERM.
 	OnSigterm SigtermAction `yaml:"on_sigterm"`
-	// Priority is the CPU priority of the asynchronous part of a
-	// checkpoint: encoding and writing the keyed state.
-	Priority CheckpointPriority `yaml:"priority"`
-}
-
-// CheckpointPriority is checkpoint.priority (docs/checkpoints.md,
-// "Checkpoint priority").
-type CheckpointPriority int
-
-const (
-	// PriorityNormal encodes and writes state as any other work of the
-	// process: the tasks and the checkpoint share the processors.
-	PriorityNormal CheckpointPriority = iota
-	// PriorityLow encodes and writes state at the lowest priority
-	// (internal/lowprio): the checkpoint takes what the tasks leave idle,
-	// and takes longer when they keep every processor busy.
-	PriorityLow
-)
-
-var priorities = []string{"normal", "low"}
-
-func (p CheckpointPriority) String() string { return nameOf(p, priorities, "CheckpointPriority") }
-
-// UnmarshalYAML parses normal | low.
-func (p *CheckpointPriority) UnmarshalYAML(n *yaml.Node) error {
-	return parseName(n, "priority", priorities, p)
 }
 
 // SigtermAction is checkpoint.on_sigterm: how `eddy run` stops on SIGTERM

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eddy-stream/eddy/internal/lowprio"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -455,10 +454,10 @@ func (c *coordinator) onAck(a Ack) {
 	}
 	f.writing++
 	c.writers++
-	lowprio.Go(c.spec.Priority == PriorityLow, func() {
+	go func() {
 		st, err := writeAck(f.pending, a, parts)
 		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st}
-	})
+	}()
 }
 
 // PartCreator is a PendingCheckpoint that streams a part to storage while

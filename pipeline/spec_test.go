@@ -119,9 +119,9 @@ func TestLoadInvalid(t *testing.T) {
 			`bad.yaml:8:12: limit: must not be negative`,
 		},
 	}, {
-		name: "checkpoint priority",
-		text: head + "checkpoint:\n  priority: lwo\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
-		want: []string{`bad.yaml:4:13: priority: priority must be normal or low, not "lwo" (did you mean "low"?)`},
+		name: "unknown checkpoint key",
+		text: head + "checkpoint:\n  priority: low\nsources: [{type: seq}]\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:4:3: unknown key "priority" in checkpoint`},
 	}, {
 		name: "validate errors point at their key",
 		text: head + "sources: [{type: seq}]\nsteps:\n  - where: true\n    limit: -1\nsinks: [{type: collect}]\n",

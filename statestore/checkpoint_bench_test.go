@@ -294,7 +294,7 @@ func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
 // and for "encode+write" stream it into a part of a checkpoint (Create,
 // WriteTo, Close: a file of its own, fsynced) and complete it (retention
 // 2, fsync). The state is the
-// checkpoint benchmark's in small (bench/checkpointbench): int keys with one
+// checkpoint benchmark's in small (BenchmarkCheckpointOverhead): int keys with one
 // window accumulator each holding a 1 KiB payload, and one timer per key.
 // MB/s is snapshot bytes per second; CPU-s/GiB is the CPU time of the whole
 // process (the store's writer goroutine and the garbage collector
@@ -529,7 +529,7 @@ func longestStall(fn func()) time.Duration {
 }
 
 // BenchmarkRestore is a window subtask's restart: Restore the blobs of a
-// snapshot of checkpointbench's window state in small (fillWindowState)
+// snapshot of the checkpoint benchmark's window state in small (fillWindowState)
 // into a fresh backend, then register the state, which adopts the restored
 // entries (the window operator registers its state after the restore).
 // MB/s is snapshot bytes per second.

@@ -94,7 +94,7 @@ func BenchmarkRowCBOR(b *testing.B) {
 }
 
 // BenchmarkRowCopy is the copy-on-write of a window's row (count, avg and
-// the last 1 KiB payload, as in bench/checkpointbench): "clone" is Clone,
+// the last 1 KiB payload, as in BenchmarkCheckpointOverhead): "clone" is Clone,
 // "merge" the empty row plus Merge that copied rows before.
 //
 //	go test -run XXX -bench RowCopy -benchmem ./operators/agg/
