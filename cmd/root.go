@@ -88,6 +88,7 @@ flags or arguments).`,
 		newValidateCommand(),
 		newExplainCommand(),
 		newVersionCommand(),
+		newHealthCommand(g),
 	)
 	root.AddCommand(newCheckpointsCommand(g))
 	root.AddCommand(newSavepointCommand(g))

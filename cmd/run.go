@@ -62,10 +62,12 @@ block's on_sigterm says: savepoint (the default: the final checkpoint is
 also written as a savepoint file, whose path the log gives), checkpoint, or
 none (no final checkpoint: the next run restores the latest one).
 
-The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default)
-serves POST /savepoints, GET /savepoints, GET /healthz and GET /metrics; the
-run logs its address and, with a checkpoint block, writes it to
-<state dir>/<pipeline>/admin.addr for eddy savepoint trigger.
+The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default;
+the container image sets 0.0.0.0:9249) serves
+` + adminEndpointList("  ") + `
+The run logs its address and, with a checkpoint block, writes it to
+<state dir>/<pipeline>/admin.addr for eddy savepoint trigger. eddy health
+probes GET /healthz.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
