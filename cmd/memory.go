@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/eddy-stream/eddy/connectors/file"
 	"github.com/eddy-stream/eddy/internal/hugeheap"
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -140,7 +139,7 @@ func hugePagesReservation(setting string, heapState bool) (int64, error) {
 	case hugePagesOff, "":
 		return 0, nil
 	default:
-		if n, err := file.ParseByteSize(s); err == nil && n > 0 {
+		if n, err := pipeline.ParseByteSize(s); err == nil && n > 0 {
 			return int64(n), nil
 		}
 	}
