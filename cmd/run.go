@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/eddy-stream/eddy/connectors/stdio"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -123,11 +122,6 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		logger.Debug("task", "index", ch.Index, "nodes", ch.Name(), "parallelism", ch.Parallelism)
 	}
 
-	// The stdin source and the stdout sink use the command's streams.
-	prevIn, prevOut := stdio.Stdin, stdio.Stdout
-	stdio.Stdin, stdio.Stdout = c.InOrStdin(), c.OutOrStdout()
-	defer func() { stdio.Stdin, stdio.Stdout = prevIn, prevOut }()
-
 	// Install the handler before the job starts, so that no signal between
 	// the two kills the process without a graceful stop.
 	sigs := make(chan os.Signal, 2)
@@ -137,8 +131,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	metrics := pipeline.NewMetrics()
 	// StateDir also without a checkpoint block: state.backend bbolt keeps
 	// its live files under it.
+	// The stdin source and the stdout sink use the command's streams.
 	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped,
-		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir))}
+		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir)), Stdin: c.InOrStdin(), Stdout: c.OutOrStdout()}
 	var store *statestore.CheckpointStore
 	if spec.Checkpoint != nil {
 		dir := stateDir(spec, o.global.v.GetString(keyStateDir))
