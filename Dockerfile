@@ -3,7 +3,7 @@
 # eddy container image: a static binary on distroless, running as nonroot.
 #
 #   docker build --build-arg VERSION=v0.1.0 --build-arg COMMIT=$(git rev-parse --short HEAD) -t eddy .
-#   docker run --rm -v $PWD/pipeline.yaml:/etc/eddy/pipeline.yaml:ro eddy
+#   docker run --rm -p 127.0.0.1:9249:9249 -v $PWD/pipeline.yaml:/etc/eddy/pipeline.yaml:ro eddy
 #   docker run --rm -e EDDY_OUT=/tmp eddy run /etc/eddy/examples/quickstart.yaml
 #
 # docker stop sends SIGTERM: eddy drains in-flight records, flushes its sinks
@@ -39,7 +39,17 @@ WORKDIR /home/nonroot
 USER 65532:65532
 # Mount a volume at the state directory to keep checkpoints across
 # containers (-v eddy-state:/home/nonroot/eddy-state).
+# The admin endpoint (/healthz, /metrics, savepoints; GET / lists them)
+# listens on every interface of the container on a fixed port, for probes
+# and Prometheus; publish it only where you trust the network: it has no
+# authentication.
 ENV EDDY_STATE_DIR=/home/nonroot/eddy-state \
-    EDDY_DATA=/etc/eddy/examples/data
+    EDDY_DATA=/etc/eddy/examples/data \
+    EDDY_ADMIN_ADDR=0.0.0.0:9249
+EXPOSE 9249
+# The image has no curl or wget: eddy health asks GET /healthz of the
+# address in EDDY_ADMIN_ADDR (exit 0 running or stopping, 1 otherwise).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+    CMD ["/eddy", "health"]
 ENTRYPOINT ["/eddy"]
 CMD ["run", "/etc/eddy/pipeline.yaml"]

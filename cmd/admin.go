@@ -142,8 +142,39 @@ type adminError struct {
 	Error string `json:"error"`
 }
 
+// adminEndpoints are the requests the admin endpoint serves, in the order
+// GET / and `eddy run --help` list them.
+var adminEndpoints = []struct{ pattern, what string }{
+	{"GET /", "this list"},
+	{"GET /healthz", "200 while running or stopping, 503 starting or restarting"},
+	{"GET /metrics", "Prometheus metrics"},
+	{"GET /checkpoints", "the recent checkpoints and savepoints as JSON"},
+	{"GET /savepoints", "the savepoint files, as JSON"},
+	{"POST /savepoints", "take a savepoint (?dir=DIR; ?stop=true stops with it)"},
+	{"GET /debug/pprof/", "Go's profiles (go tool pprof http://ADDR/debug/pprof/heap)"},
+}
+
+// adminEndpointList returns adminEndpoints as aligned lines, each indented
+// by indent.
+func adminEndpointList(indent string) string {
+	width := 0
+	for _, e := range adminEndpoints {
+		width = max(width, len(e.pattern))
+	}
+	var b strings.Builder
+	for _, e := range adminEndpoints {
+		fmt.Fprintf(&b, "%s%-*s  %s\n", indent, width, e.pattern, e.what)
+	}
+	return b.String()
+}
+
 func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) http.Handler {
 	mux := http.NewServeMux()
+	// Only "/" itself: other unknown paths stay 404.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "eddy admin endpoint of pipeline %s\n\n%s", name, adminEndpointList(""))
+	})
 	mux.HandleFunc("POST /savepoints", func(w http.ResponseWriter, r *http.Request) {
 		// A browser page must not make the local endpoint stop the
 		// pipeline: browsers send Origin on cross-origin requests.

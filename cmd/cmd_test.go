@@ -89,6 +89,11 @@ func TestCommands(t *testing.T) {
 			want: result{code: 0, stdout: fmt.Sprintf("eddy dev\ncommit: dev\ngo: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)},
 		},
 		{
+			name: "--version prints what version does",
+			args: []string{"--version"},
+			want: result{code: 0, stdout: fmt.Sprintf("eddy dev\ncommit: dev\ngo: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)},
+		},
+		{
 			name: "version takes no arguments",
 			args: []string{"version", "x"},
 			want: result{code: 2, stderr: "eddy: eddy version takes no arguments, got 1 argument(s)\nRun 'eddy version --help' for usage.\n"},

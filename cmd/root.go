@@ -68,7 +68,10 @@ Exit codes: 0 ok, 1 the pipeline failed, 2 invalid input (pipeline file,
 flags or arguments).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// --version prints what `eddy version` does.
+		Version: versionText(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return invalidInput("%w", err)
 	})
@@ -81,6 +84,7 @@ flags or arguments).`,
 		newValidateCommand(),
 		newExplainCommand(),
 		newVersionCommand(),
+		newHealthCommand(g),
 	)
 	root.AddCommand(newCheckpointsCommand(g))
 	root.AddCommand(newSavepointCommand(g))

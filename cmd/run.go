@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/eddy-stream/eddy/connectors/stdio"
 	"github.com/eddy-stream/eddy/internal/memlimit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -64,10 +63,12 @@ block's on_sigterm says: savepoint (the default: the final checkpoint is
 also written as a savepoint file, whose path the log gives), checkpoint, or
 none (no final checkpoint: the next run restores the latest one).
 
-The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default)
-serves POST /savepoints, GET /savepoints, GET /healthz and GET /metrics; the
-run logs its address and, with a checkpoint block, writes it to
-<state dir>/<pipeline>/admin.addr for eddy savepoint trigger.
+The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default;
+the container image sets 0.0.0.0:9249) serves
+` + adminEndpointList("  ") + `
+The run logs its address and, with a checkpoint block, writes it to
+<state dir>/<pipeline>/admin.addr for eddy savepoint trigger. eddy health
+probes GET /healthz.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
@@ -116,11 +117,6 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		logger.Debug("task", "index", ch.Index, "nodes", ch.Name(), "parallelism", ch.Parallelism)
 	}
 
-	// The stdin source and the stdout sink use the command's streams.
-	prevIn, prevOut := stdio.Stdin, stdio.Stdout
-	stdio.Stdin, stdio.Stdout = c.InOrStdin(), c.OutOrStdout()
-	defer func() { stdio.Stdin, stdio.Stdout = prevIn, prevOut }()
-
 	// Install the handler before the job starts, so that no signal between
 	// the two kills the process without a graceful stop.
 	sigs := make(chan os.Signal, 2)
@@ -130,8 +126,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	metrics := pipeline.NewMetrics()
 	// StateDir also without a checkpoint block: state.backend bbolt keeps
 	// its live files under it.
+	// The stdin source and the stdout sink use the command's streams.
 	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped,
-		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir))}
+		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir)), Stdin: c.InOrStdin(), Stdout: c.OutOrStdout()}
 	var store *statestore.CheckpointStore
 	if spec.Checkpoint != nil {
 		dir := stateDir(spec, o.global.v.GetString(keyStateDir))

@@ -20,8 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/eddy-stream/eddy/connectors/file"
-	"github.com/eddy-stream/eddy/connectors/generator"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -86,8 +84,9 @@ text as a string key, and, when it parses as JSON, that value too (so
 --key 42 matches the key 42 and the key "42"). Window namespaces are shown
 as {"kind": "event-time", "start": ms}; timers as their domain, time and
 namespace. Values are decoded from their CBOR encoding; source positions
-and committables as the connector encodes them when PATH is a pipeline
-file (file, generator), else as JSON or CBOR when they parse, else base64.
+as the connector decodes them when PATH is a pipeline file (file,
+generator, kafka), committables and other positions as JSON or CBOR when
+they parse, else base64.
 
 A part whose checksum does not match is shown with an "error" and the
 rest is still printed; the exit code is then 1. Exit codes: 0 ok, 1 a part
@@ -670,29 +669,15 @@ func windowNamespace(ns string) (map[string]any, bool) {
 	return nil, false
 }
 
-// filePosition is a file source subtask's position, as JSON.
-type filePosition struct {
-	File   string `json:"file"`
-	Offset int64  `json:"offset"`
-	Line   int    `json:"line"`
-	Done   bool   `json:"done,omitempty"`
-}
-
-// decodePosition decodes a source position: with the decoder of the
-// source's type when known (file, generator), else generically.
+// decodePosition decodes a source position: with the PositionDescriber of
+// the source's type when it has one (its encoding is then the type), else
+// generically.
 func decodePosition(typ string, b []byte) decoded {
-	switch typ {
-	case "generator":
-		if pos, err := generator.DecodePosition(b); err == nil {
-			return decoded{Encoding: "generator", Value: pos}
-		}
-	case "file":
-		if pos, err := file.DecodePosition(b); err == nil {
-			out := make([]filePosition, len(pos.Entries))
-			for i, e := range pos.Entries {
-				out[i] = filePosition{File: e.Name, Offset: e.Offset, Line: e.Line, Done: e.Done}
+	if p, ok := pipeline.Default.Source(typ); ok {
+		if d, ok := p.New().(pipeline.PositionDescriber); ok {
+			if v, err := d.DescribePosition(b); err == nil {
+				return decoded{Encoding: typ, Value: v}
 			}
-			return decoded{Encoding: "file", Value: out}
 		}
 	}
 	return decodeGeneric(b)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddy-stream/eddy/connectors/stdio"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 	"github.com/eddy-stream/eddy/statestore/statestoretest"
@@ -138,11 +137,8 @@ func newWindowFixture(t *testing.T) windowFixture {
 	store, err := statestore.OpenCheckpointStore(filepath.Dir(f.storePath()), statestore.CheckpointStoreOptions{Logger: logger})
 	require.NoError(t, err)
 	w := &lineWaiter{want: []string{`"n":5,"sensor":"a"`, `"n":3,"sensor":"b"`}, done: make(chan struct{})}
-	prev := stdio.Stdout
-	stdio.Stdout = w
-	defer func() { stdio.Stdout = prev }()
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
-		Logger: logger, Metrics: pipeline.NewMetrics(), Store: pipeline.BoltCheckpoints(store), FirstCheckpointID: 1,
+		Logger: logger, Metrics: pipeline.NewMetrics(), Store: pipeline.BoltCheckpoints(store), FirstCheckpointID: 1, Stdout: w,
 	})
 	require.NoError(t, err)
 	select {

@@ -607,6 +607,7 @@ type logEntry struct {
 	Path       string `json:"path"`
 	ImportedAs *int64 `json:"imported_as"`
 	DeltaParts int    `json:"delta_parts"`
+	Addr       string `json:"addr"`
 }
 
 func newLogWatch() *logWatch { return &logWatch{completed: make(chan int64, 4096)} }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"time"
 
@@ -115,6 +116,9 @@ type SourceContext struct {
 	// before it delivered anything. Splits not declared count from their
 	// first record.
 	Splits []int
+	// Stdin is the job's standard input (JobOptions.Stdin), which the
+	// stdin source reads; nil: the process's (os.Stdin).
+	Stdin io.Reader
 }
 
 // SourceCheckpointListener is implemented by sources that act when a
@@ -190,6 +194,9 @@ type SinkContext struct {
 	// a changelog stream (field _op) arrive without retractions (-U), so a
 	// keyed sink can write +I/+U as the key's value and -D as its deletion.
 	Changelog Changelog
+	// Stdout is the job's standard output (JobOptions.Stdout), which the
+	// stdout sink writes; nil: the process's (os.Stdout).
+	Stdout io.Writer
 }
 
 // Sink is the runtime instance of a sink on one subtask. All methods are

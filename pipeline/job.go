@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,6 +38,12 @@ type JobOptions struct {
 	// (under live/; empty: a temporary directory). Required for a sink
 	// with write_ahead.
 	StateDir string
+	// Stdin and Stdout are the job's standard input and output: what the
+	// stdin source reads and the stdout sink writes (SourceContext.Stdin,
+	// SinkContext.Stdout). Nil: the process's. `eddy run` passes its
+	// command's.
+	Stdin  io.Reader
+	Stdout io.Writer
 }
 
 // Ack is a task's acknowledgement of checkpoint barrier Checkpoint: the task
@@ -423,6 +430,7 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 			return nil, err
 		}
 		s.restore, s.checkpointing, s.spec = j.opts.Restore, j.coord != nil, spec
+		s.stdin, s.stdout = j.opts.Stdin, j.opts.Stdout
 		byNode[n] = s
 		t.stages = append(t.stages, s)
 	}

@@ -46,6 +46,14 @@ type (
 	Rescalable interface{ Rescalable() bool }
 	// MaxParallelismer caps a source's parallelism (stdin: 1).
 	MaxParallelismer interface{ MaxParallelism() int }
+	// PositionDescriber is implemented by source configs whose sources
+	// checkpoint a position (ReadBatch.Position): DescribePosition decodes
+	// one, as a value that encoding/json renders for a reader (`eddy state
+	// inspect`), or fails when b is not one. It runs outside any job,
+	// without calling NewSource, on a config the plugin's New returned.
+	PositionDescriber interface {
+		DescribePosition(b []byte) (any, error)
+	}
 	// GuaranteeOf tells the delivery guarantee a source or sink can give:
 	// replayable sources and transactional sinks give exactly-once.
 	GuaranteeOf interface{ Guarantee() Guarantee }

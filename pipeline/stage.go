@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,9 @@ type stage struct {
 	stateDir      string // JobOptions.StateDir
 	sink          Sink
 	src           Source
+	// stdin and stdout are JobOptions.Stdin and Stdout.
+	stdin  io.Reader
+	stdout io.Writer
 	// out is the node's main output: chained children, then writers.
 	out   Emitter
 	sides map[string]Emitter
@@ -123,7 +127,7 @@ func (s *stage) open(ctx context.Context, wakeAt func(int64)) error {
 		if err != nil {
 			return err
 		}
-		sc := &SinkContext{SubtaskInfo: s.info, Committables: cs, Checkpointing: s.checkpointing}
+		sc := &SinkContext{SubtaskInfo: s.info, Committables: cs, Checkpointing: s.checkpointing, Stdout: s.stdout}
 		if s.spec != nil {
 			sc.Checkpoint, sc.RestartDelay = s.spec.Checkpoint, s.spec.Restart.MaxDelay()
 		}
@@ -184,7 +188,7 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 // restores only at the parallelism it was checkpointed with, unless its
 // config is Rescalable.
 func (s *stage) sourceContext() (*SourceContext, error) {
-	sc := &SourceContext{SubtaskInfo: s.info}
+	sc := &SourceContext{SubtaskInfo: s.info, Stdin: s.stdin}
 	parts, err := restoredParts(s.restore, "src", s.node.ID)
 	if err != nil || len(parts) == 0 {
 		return sc, err

@@ -13,6 +13,23 @@ func TestEverythingIsRegistered(t *testing.T) {
 	require.Subset(t, pipeline.Default.SinkTypes(), []string{"blackhole", "file", "stdout"})
 }
 
+// TestPositionsDescribed: every source type that checkpoints a position
+// (it restores from one: exactly-once) decodes it for eddy state inspect.
+func TestPositionsDescribed(t *testing.T) {
+	var described []string
+	for _, typ := range pipeline.Default.SourceTypes() {
+		p, _ := pipeline.Default.Source(typ)
+		cfg := p.New()
+		if g, ok := cfg.(pipeline.GuaranteeOf); !ok || g.Guarantee() != pipeline.ExactlyOnce {
+			continue
+		}
+		_, ok := cfg.(pipeline.PositionDescriber)
+		require.True(t, ok, "source type %q replays from a position but does not describe it (pipeline.PositionDescriber)", typ)
+		described = append(described, typ)
+	}
+	require.Subset(t, described, []string{"file", "generator", "kafka"})
+}
+
 // TestLoadPipeline loads a pipeline file that uses every connector.
 func TestLoadPipeline(t *testing.T) {
 	yaml := `version: 1

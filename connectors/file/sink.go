@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +27,7 @@ func init() {
 }
 
 // DefaultRollSize is the default roll_size.
-const DefaultRollSize ByteSize = 128 << 20
+const DefaultRollSize pipeline.ByteSize = 128 << 20
 
 // SinkConfig is the `file` sink's configuration.
 type SinkConfig struct {
@@ -57,7 +55,7 @@ type SinkConfig struct {
 	Sync bool `yaml:"sync"`
 	// RollSize starts a new part file before a record would take the
 	// current one past this size (with checkpoints only).
-	RollSize ByteSize `yaml:"roll_size"`
+	RollSize pipeline.ByteSize `yaml:"roll_size"`
 	// RollInterval starts a new part file when the current one is this old
 	// (with checkpoints only); 0: only at checkpoints.
 	RollInterval pipeline.Duration `yaml:"roll_interval"`
@@ -92,47 +90,6 @@ func (c *SinkConfig) Guarantee() pipeline.Guarantee { return pipeline.ExactlyOnc
 // NewSink returns the sink of one subtask.
 func (c *SinkConfig) NewSink() (pipeline.Sink, error) {
 	return &sink{cfg: c, fs: osFS{}, now: time.Now}, nil
-}
-
-// ByteSize is a size in a pipeline file: a whole number of bytes, or a
-// number with a unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB,
-// TiB (powers of 1024), e.g. 64KiB, 1.5GB. Units are case-insensitive.
-type ByteSize int64
-
-// UnmarshalText parses a size.
-func (b *ByteSize) UnmarshalText(text []byte) error {
-	v, err := ParseByteSize(string(text))
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
-
-var byteUnits = map[string]float64{
-	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
-// ParseByteSize parses a ByteSize.
-func ParseByteSize(s string) (ByteSize, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	if i < 0 {
-		i = len(t)
-	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	f, err := strconv.ParseFloat(num, 64)
-	mul, ok := byteUnits[unit]
-	if err != nil || !ok || num == "" {
-		return 0, fmt.Errorf("%q is not a size (examples: 1048576, 64KiB, 128MiB, 1GB)", s)
-	}
-	v := math.Floor(f * mul)
-	if v >= math.MaxInt64 {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return ByteSize(v), nil
 }
 
 // OutputPath returns the file subtask k of p writes for path.

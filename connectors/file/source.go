@@ -74,6 +74,29 @@ func (c *SourceConfig) Validate() error {
 // files it owns now (see restoreRescaled).
 func (c *SourceConfig) Rescalable() bool { return true }
 
+// describedEntry is a PositionEntry as DescribePosition shows it.
+type describedEntry struct {
+	File   string `json:"file"`
+	Offset int64  `json:"offset"`
+	Line   int    `json:"line"`
+	Done   bool   `json:"done,omitempty"`
+}
+
+// DescribePosition decodes a checkpointed position for `eddy state
+// inspect` (pipeline.PositionDescriber): where each of the subtask's files
+// resumes, as {"file", "offset", "line", "done"}.
+func (c *SourceConfig) DescribePosition(b []byte) (any, error) {
+	pos, err := DecodePosition(b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]describedEntry, len(pos.Entries))
+	for i, e := range pos.Entries {
+		out[i] = describedEntry{File: e.Name, Offset: e.Offset, Line: e.Line, Done: e.Done}
+	}
+	return out, nil
+}
+
 // Bounded reports whether the input ends: unless follow is set.
 func (c *SourceConfig) Bounded() bool { return !c.Follow }
 

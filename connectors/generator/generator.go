@@ -70,6 +70,13 @@ func (c *Config) Bounded() bool { return c.Count > 0 }
 // did (Position).
 func (c *Config) Rescalable() bool { return true }
 
+// DescribePosition decodes a checkpointed position for `eddy state
+// inspect` (pipeline.PositionDescriber): a Position, as {"subtask",
+// "parallelism", "base", "next", "produced"}.
+func (c *Config) DescribePosition(b []byte) (any, error) {
+	return DecodePosition(b)
+}
+
 // Guarantee is exactly-once: the generator replays from its position.
 func (c *Config) Guarantee() pipeline.Guarantee { return pipeline.ExactlyOnce }
 

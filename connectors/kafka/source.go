@@ -230,6 +230,33 @@ func (c *SourceConfig) Guarantee() pipeline.Guarantee { return pipeline.ExactlyO
 // keeps the partitions it owns now.
 func (c *SourceConfig) Rescalable() bool { return true }
 
+// describedEntry is a PositionEntry as DescribePosition shows it.
+type describedEntry struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Next      int64  `json:"next"`
+	Stop      *int64 `json:"stop,omitempty"`
+}
+
+// DescribePosition decodes a checkpointed position for `eddy state
+// inspect` (pipeline.PositionDescriber): per partition of the subtask, the
+// offset of the next record to read, and the stopping offset of a bounded
+// source (stop_at), as {"topic", "partition", "next", "stop"}.
+func (c *SourceConfig) DescribePosition(b []byte) (any, error) {
+	entries, err := DecodePosition(b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]describedEntry, len(entries))
+	for i, e := range entries {
+		out[i] = describedEntry{Topic: e.Topic, Partition: e.Partition, Next: e.Next}
+		if e.Stop != noStop {
+			out[i].Stop = &e.Stop
+		}
+	}
+	return out, nil
+}
+
 // NewSource returns the source of one subtask; the runtime calls it once
 // per subtask before the run starts. It connects in Open.
 func (c *SourceConfig) NewSource() (pipeline.Source, error) { return &source{cfg: c}, nil }

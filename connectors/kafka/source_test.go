@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -299,6 +300,20 @@ func TestKafkaSourcePosition(t *testing.T) {
 	}
 	_, err = DecodePosition(append(slices.Clone(b), 0))
 	require.Error(t, err)
+}
+
+// DescribePosition shows a position as JSON for eddy state inspect: stop
+// only for a bounded source's partitions.
+func TestKafkaSourceDescribePosition(t *testing.T) {
+	var d pipeline.PositionDescriber = &SourceConfig{}
+	v, err := d.DescribePosition(EncodePosition([]PositionEntry{
+		{Topic: "a", Partition: 0, Next: 5, Stop: -1}, {Topic: "bb", Partition: 7, Next: 1 << 40, Stop: 1<<40 + 3}}))
+	require.NoError(t, err)
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.JSONEq(t, `[{"topic": "a", "partition": 0, "next": 5}, {"topic": "bb", "partition": 7, "next": 1099511627776, "stop": 1099511627779}]`, string(b))
+	_, err = d.DescribePosition([]byte("{}"))
+	require.ErrorContains(t, err, "kafka source position is corrupt")
 }
 
 // Partitions are spread over the subtasks, and adding partitions moves none.

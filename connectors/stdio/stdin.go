@@ -2,6 +2,7 @@ package stdio
 
 import (
 	"context"
+	"os"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -50,8 +51,12 @@ type stdinSource struct {
 // Open starts reading standard input on a goroutine of its own, so that
 // Read can return when its context is done while a read blocks. A restored
 // position is ignored: standard input cannot be replayed.
-func (s *stdinSource) Open(context.Context, *pipeline.SourceContext) error {
-	s.lines = codec.StartLines(Stdin, s.cfg.Format == codec.CSV)
+func (s *stdinSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
+	in := sc.Stdin
+	if in == nil {
+		in = os.Stdin
+	}
+	s.lines = codec.StartLines(in, s.cfg.Format == codec.CSV)
 	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions)
 	return nil
 }

@@ -15,11 +15,14 @@ import (
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
-// withStdin makes r the standard input for the test.
-func withStdin(t *testing.T, r io.Reader) {
-	old := Stdin
-	Stdin = r
-	t.Cleanup(func() { Stdin = old })
+// openStdin opens the source of cfg with r as the job's standard input.
+func openStdin(t *testing.T, cfg *StdinConfig, r io.Reader) pipeline.Source {
+	t.Helper()
+	src, err := cfg.NewSource()
+	require.NoError(t, err)
+	require.NoError(t, src.Open(context.Background(), &pipeline.SourceContext{SubtaskInfo: conntest.Info("in", 0, 1), Stdin: r}))
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	return src
 }
 
 func loadStdin(t *testing.T, body string) *StdinConfig {
@@ -42,8 +45,7 @@ func TestStdinFormats(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			withStdin(t, strings.NewReader(tt.input))
-			batches := conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, tt.keys), 0, 1, nil), 5*time.Second)
+			batches := conntest.Drain(t, openStdin(t, loadStdin(t, tt.keys), strings.NewReader(tt.input)), 5*time.Second)
 			require.Equal(t, tt.want, conntest.Fields(batches))
 			require.Nil(t, conntest.LastPosition(batches), "stdin has no position")
 		})
@@ -51,14 +53,12 @@ func TestStdinFormats(t *testing.T) {
 }
 
 func TestStdinInvalidLines(t *testing.T) {
-	withStdin(t, strings.NewReader("{\"a\":1}\nnope\n{\"a\":2}\n"))
-	batches := conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, ""), 0, 1, nil), 5*time.Second)
+	batches := conntest.Drain(t, openStdin(t, loadStdin(t, ""), strings.NewReader("{\"a\":1}\nnope\n{\"a\":2}\n")), 5*time.Second)
 	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 2.0}}, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "nope"},
 		Err: `stdin:2: invalid JSON: a line must be a JSON object, not "nope"`}}, conntest.Failures(batches))
 
-	withStdin(t, strings.NewReader("a;b\n1;2;3\n"))
-	batches = conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, "format: csv\ncsv_delimiter: ';'"), 0, 1, nil), 5*time.Second)
+	batches = conntest.Drain(t, openStdin(t, loadStdin(t, "format: csv\ncsv_delimiter: ';'"), strings.NewReader("a;b\n1;2;3\n")), 5*time.Second)
 	require.Empty(t, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "1;2;3"},
 		Err: "stdin:2: invalid CSV: the record has 3 fields, the header has 2"}}, conntest.Failures(batches))
@@ -70,8 +70,7 @@ func TestStdinInvalidLines(t *testing.T) {
 func TestStdinReadHonoursContext(t *testing.T) {
 	r, w := io.Pipe()
 	t.Cleanup(func() { _ = w.Close() })
-	withStdin(t, r)
-	src := conntest.OpenSource(t, loadStdin(t, "format: text"), 0, 1, nil)
+	src := openStdin(t, loadStdin(t, "format: text"), r)
 
 	start := time.Now()
 	b := conntest.ReadOnce(t, src, 30*time.Millisecond)
@@ -101,13 +100,13 @@ func TestStdinLoad(t *testing.T) {
 	require.ErrorContains(t, err, `unknown key "path"`)
 }
 
-// withStdout captures standard output for the test.
-func withStdout(t *testing.T) *bytes.Buffer {
-	var buf bytes.Buffer
-	old := Stdout
-	Stdout = &buf
-	t.Cleanup(func() { Stdout = old })
-	return &buf
+// openStdout opens the sink of cfg with w as the job's standard output.
+func openStdout(t *testing.T, cfg pipeline.SinkConfig, w io.Writer) pipeline.Sink {
+	t.Helper()
+	sink, err := cfg.NewSink()
+	require.NoError(t, err)
+	require.NoError(t, sink.Open(context.Background(), &pipeline.SinkContext{SubtaskInfo: conntest.Info("out", 0, 1), Stdout: w}))
+	return sink
 }
 
 func TestStdout(t *testing.T) {
@@ -121,11 +120,11 @@ func TestStdout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := withStdout(t)
+			var out bytes.Buffer
 			cfg, err := conntest.LoadSink(t, "stdout", tt.keys)
 			require.NoError(t, err)
 			ctx := context.Background()
-			s := conntest.OpenSink(t, cfg, 0, 1)
+			s := openStdout(t, cfg, &out)
 			require.NoError(t, s.Write(ctx, conntest.Records(
 				map[string]any{"b": map[string]any{"d": []any{1.5, nil}, "c": "<x>"}, "a": 1},
 				map[string]any{"z": 1e21},
@@ -139,12 +138,11 @@ func TestStdout(t *testing.T) {
 }
 
 func TestStdoutErrorsAndLoad(t *testing.T) {
-	withStdout(t)
 	cfg, err := conntest.LoadSink(t, "stdout", "")
 	require.NoError(t, err)
 	require.Equal(t, 1, cfg.(*StdoutConfig).MaxParallelism())
 	require.Equal(t, pipeline.AtLeastOnce, cfg.(*StdoutConfig).Guarantee())
-	s := conntest.OpenSink(t, cfg, 0, 1)
+	s := openStdout(t, cfg, io.Discard)
 	err = s.Write(context.Background(), conntest.Records(map[string]any{"x": math.Inf(1)}))
 	require.EqualError(t, err, `stdout sink "out": json: unsupported value: +Inf`)
 

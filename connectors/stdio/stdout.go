@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -46,10 +47,14 @@ type stdoutSink struct {
 	enc codec.Encoder
 }
 
-// Open buffers output to Stdout.
+// Open buffers output to the job's standard output.
 func (s *stdoutSink) Open(_ context.Context, sc *pipeline.SinkContext) error {
 	s.id = sc.ID
-	s.w = bufio.NewWriterSize(Stdout, 64<<10)
+	out := sc.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
+	s.w = bufio.NewWriterSize(out, 64<<10)
 	s.enc = s.cfg.NewEncoder()
 	if h := s.enc.Header(); h != nil {
 		_, _ = s.w.Write(h)
