@@ -144,7 +144,7 @@ func hugePagesReservation(setting string, heapState bool) (int64, error) {
 			return int64(n), nil
 		}
 	}
-	return 0, invalidInput("huge pages %q: want auto, on, off or a size such as 8GiB (--%s or %s)", setting, keyHugePages, envName(keyHugePages))
+	return 0, usageError("huge pages %q: want auto, on, off or a size such as 8GiB (--%s or %s)", setting, keyHugePages, envName(keyHugePages))
 }
 
 // ReserveHugePages advises up to n bytes of heap address space

@@ -475,7 +475,7 @@ func checkAdminAddr(addr string) error {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return invalidInput("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
+		return usageError("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
 	}
 	return nil
 }
