@@ -262,6 +262,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 
 	read, written := summarize(logger, plan, metrics)
+	if status == "finished" && read == 0 && opts.Restore != nil && o.restore.fromSavepoint == "" {
+		warnAlreadyFinished(logger, opts.Restore.ID())
+	}
 	attrs := []any{"status", status, "duration", time.Since(start).Round(time.Millisecond),
 		"records_read", read, "records_written", written}
 	switch status {
