@@ -76,7 +76,7 @@ func adminEnabled(addr string) bool {
 func startAdmin(logger *slog.Logger, addr string, target adminTarget, m *pipeline.Metrics, name, spDir string) (*adminServer, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, invalidInput("--%s %q: want HOST:PORT (port 0 picks a free one), or off: %v", keyAdminAddr, addr, err)
+		return nil, usageError("--%s %q: want HOST:PORT (port 0 picks a free one), or off: %v", keyAdminAddr, addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -147,6 +147,14 @@ func importSavepoint(ctx context.Context, store *statestore.CheckpointStore, pat
 	return restore, sp.ID(), id + 1, nil
 }
 
+// warnAlreadyFinished says why a run that restored checkpoint id and
+// ended by itself read nothing: the pipeline had finished before, its
+// bounded sources resumed at the end of their input.
+func warnAlreadyFinished(logger *slog.Logger, id int64) {
+	logger.Warn("already finished: restored from the checkpoint, the sources resumed at the end of their input and read nothing; eddy run --fresh runs it again from the beginning",
+		"checkpoint", id)
+}
+
 // discardCheckpoints removes the checkpoint store of dir, after the user
 // confirmed (or --yes).
 func discardCheckpoints(dir string, yes bool, in io.Reader, out io.Writer) error {

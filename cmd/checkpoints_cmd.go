@@ -248,7 +248,7 @@ const (
 
 func (o *checkpointsOptions) list(c *cobra.Command, file string) error {
 	if o.format != "text" && o.format != "json" {
-		return invalidInput("--format %q: want text or json", o.format)
+		return usageError("--format %q: want text or json", o.format)
 	}
 	spec, dir, store, err := o.openStore(c, file)
 	if err != nil {
@@ -387,7 +387,7 @@ func (o *checkpointsOptions) export(c *cobra.Command, file, idArg, path string) 
 	if !latest {
 		var err error
 		if id, err = strconv.ParseInt(idArg, 10, 64); err != nil || id <= 0 {
-			return invalidInput("checkpoint id %q: want a positive number (eddy checkpoints list %s shows them) or latest", idArg, file)
+			return usageError("checkpoint id %q: want a positive number (eddy checkpoints list %s shows them) or latest", idArg, file)
 		}
 	}
 	spec, dir, store, err := o.openStore(c, file)

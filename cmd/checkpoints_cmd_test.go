@@ -410,3 +410,25 @@ func fileSize(t *testing.T, path string) int64 {
 	require.NoError(t, err)
 	return st.Size()
 }
+
+// A bounded pipeline that finished ends at once when run again: the run
+// says so, and how to run it again.
+func TestRunAlreadyFinished(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cp.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.ReplaceAll(checkpointPipeline, "OUT", filepath.Join(dir, "out"))), 0o644))
+	env := map[string]string{"EDDY_STATE_DIR": filepath.Join(dir, "state"), "EDDY_LOG_LEVEL": "warn"}
+	const finished = `level=WARN msg="already finished: restored from the checkpoint, the sources resumed at the end of their input and read nothing; eddy run --fresh runs it again from the beginning" pipeline=cp-cmd checkpoint=1`
+
+	r := execute(t, env, "run", "--admin-addr", "off", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stderr, "already finished")
+
+	r = execute(t, env, "run", "--admin-addr", "off", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, normaliseLog(r.stderr), finished+"\n")
+
+	r = execute(t, env, "run", "--admin-addr", "off", "--fresh", "--yes", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stderr, "already finished", "--fresh starts from the beginning")
+}

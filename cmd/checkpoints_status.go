@@ -23,7 +23,7 @@ type runStatus struct {
 
 func (o *checkpointsOptions) status(c *cobra.Command, file string) error {
 	if o.format != "text" && o.format != "json" {
-		return invalidInput("--format %q: want text or json", o.format)
+		return usageError("--format %q: want text or json", o.format)
 	}
 	plan, err := loadPlan(c.ErrOrStderr(), file)
 	if err != nil {

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,6 +114,25 @@ func TestCommands(t *testing.T) {
 			name: "validate a missing file",
 			args: []string{"validate", "testdata/missing.yaml"},
 			want: result{code: 2, stderr: "eddy: read pipeline file: open testdata/missing.yaml: no such file or directory\n"},
+		},
+		{
+			name: "validate what a newcomer writes",
+			args: []string{"validate", "testdata/empty.yaml", "testdata/where.yaml", "testdata/commas.yaml"},
+			want: result{code: 2, stderr: `testdata/empty.yaml:1:1: the file is empty: a pipeline file is a mapping with version, name, sources, steps and sinks (see docs/pipeline.md)
+testdata/where.yaml:10:5: steps[0]: unknown step kind "where" (did you mean "filter"?)
+testdata/commas.yaml:9:14: YAML syntax: quote an expression that contains commas inside { }: YAML ends a value at a comma inside { } (quote it, or write the mapping in block style)
+`},
+		},
+		{
+			name: "run a missing file: invalid input, not a usage error",
+			args: []string{"run", "testdata/missing.yaml"},
+			want: result{code: 2, stderr: "eddy: read pipeline file: open testdata/missing.yaml: no such file or directory\n"},
+		},
+		{
+			name: "run --fresh without a checkpoint block",
+			args: []string{"run", "--fresh", "testdata/ok.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "error"},
+			want: result{code: 2, stderr: "eddy: --fresh and --from-savepoint need a checkpoint block in testdata/ok.yaml\n"},
 		},
 		{
 			name: "validate without files",
@@ -239,4 +260,20 @@ func TestCommands(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// An error a command returns without an exit code happened while it ran:
+// exit 1, without the usage hint that only a mistake in the command line
+// gets.
+func TestRuntimeErrorWithoutUsage(t *testing.T) {
+	root := &cobra.Command{Use: "eddy", SilenceErrors: true, SilenceUsage: true}
+	root.AddCommand(&cobra.Command{Use: "fill", RunE: func(*cobra.Command, []string) error {
+		return errors.New("write out.jsonl: no space left on device")
+	}})
+	asRuntimeFailure(root)
+	var stderr bytes.Buffer
+	root.SetArgs([]string{"fill"})
+	root.SetErr(&stderr)
+	require.Equal(t, exitFailure, ExecuteCommand(root))
+	require.Equal(t, "eddy: write out.jsonl: no space left on device\n", stderr.String())
 }

@@ -80,12 +80,12 @@ func parseDevTopics(specs []string) ([]devTopic, error) {
 		name, parts, hasParts := strings.Cut(strings.TrimSpace(s), ":")
 		t := devTopic{name: name, partitions: 1}
 		if name == "" {
-			return nil, invalidInput("--topics %q: a topic needs a name, as name:partitions", s)
+			return nil, usageError("--topics %q: a topic needs a name, as name:partitions", s)
 		}
 		if hasParts {
 			n, err := strconv.ParseInt(parts, 10, 32)
 			if err != nil || n < 1 {
-				return nil, invalidInput("--topics %q: partitions must be a positive number", s)
+				return nil, usageError("--topics %q: partitions must be a positive number", s)
 			}
 			t.partitions = int32(n)
 		}
@@ -100,7 +100,7 @@ func (o *devKafkaOptions) run(ctx context.Context, c *cobra.Command) error {
 		return err
 	}
 	if o.port < 0 || o.port > 65535 {
-		return invalidInput("--port %d: must be 0..65535", o.port)
+		return usageError("--port %d: must be 0..65535", o.port)
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(o.port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
 	if o.dataDir != "" {

@@ -88,7 +88,7 @@ var planRenderers = map[string]func(io.Writer, *planView) error{
 func (o *explainOptions) run(c *cobra.Command, file string) error {
 	render, ok := planRenderers[o.format]
 	if !ok {
-		return invalidInput("--format %q: want text, dot or json", o.format)
+		return usageError("--format %q: want text, dot or json", o.format)
 	}
 	plan, err := loadPlan(c.ErrOrStderr(), file)
 	if err != nil {

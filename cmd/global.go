@@ -49,7 +49,7 @@ func (o *globalOptions) newLogger(w io.Writer) (*slog.Logger, error) {
 	levelName := strings.ToLower(strings.TrimSpace(o.v.GetString(keyLogLevel)))
 	level, ok := logLevels[levelName]
 	if !ok {
-		return nil, invalidInput("log level %q: want debug, info, warn or error (--%s or %s)",
+		return nil, usageError("log level %q: want debug, info, warn or error (--%s or %s)",
 			o.v.GetString(keyLogLevel), keyLogLevel, envName(keyLogLevel))
 	}
 	opts := &slog.HandlerOptions{Level: level}
@@ -59,6 +59,6 @@ func (o *globalOptions) newLogger(w io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, invalidInput("log format %q: want text or json (--%s or %s)",
+	return nil, usageError("log format %q: want text or json (--%s or %s)",
 		o.v.GetString(keyLogFormat), keyLogFormat, envName(keyLogFormat))
 }

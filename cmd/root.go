@@ -33,7 +33,7 @@ func ExecuteCommand(root *cobra.Command) int {
 	}
 	if !errors.Is(err, errReported) {
 		fmt.Fprintf(root.ErrOrStderr(), "eddy: %v\n", err)
-		if exitCode(err) == exitInvalid && c != nil {
+		if isUsageError(err) && c != nil {
 			fmt.Fprintf(root.ErrOrStderr(), "Run '%s --help' for usage.\n", c.CommandPath())
 		}
 	}
@@ -64,8 +64,9 @@ The settings --log-level, --log-format, --state-dir and --admin-addr can
 also be set with EDDY_LOG_LEVEL, EDDY_LOG_FORMAT, EDDY_STATE_DIR and
 EDDY_ADMIN_ADDR; a flag wins over the environment.
 
-Exit codes: 0 ok, 1 the pipeline failed, 2 invalid input (pipeline file,
-flags or arguments).`,
+Exit codes: 0 ok, 1 the pipeline (or the command) failed while it ran,
+2 invalid input (pipeline file, state, flags or arguments). Only a mistake
+in the flags or arguments is followed by "Run '... --help' for usage."`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// --version prints what `eddy version` does.
@@ -73,7 +74,7 @@ flags or arguments).`,
 	}
 	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return invalidInput("%w", err)
+		return usageError("%w", err)
 	})
 	g.AddFlags(root.PersistentFlags())
 	g.addCompletions(root)
@@ -89,6 +90,7 @@ flags or arguments).`,
 	root.AddCommand(newCheckpointsCommand(g))
 	root.AddCommand(newSavepointCommand(g))
 	root.AddCommand(newStateCommand(g))
+	asRuntimeFailure(root)
 	return root
 }
 
@@ -123,7 +125,7 @@ func pipelineFiles(_ *cobra.Command, args []string, _ string) ([]string, cobra.S
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(c *cobra.Command, args []string) error {
 		if len(args) != n {
-			return invalidInput("%s takes %s, got %d argument(s)", c.CommandPath(), what, len(args))
+			return usageError("%s takes %s, got %d argument(s)", c.CommandPath(), what, len(args))
 		}
 		return nil
 	}

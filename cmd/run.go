@@ -254,6 +254,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 
 	read, written := summarize(logger, plan, metrics)
+	if status == "finished" && read == 0 && opts.Restore != nil && o.restore.fromSavepoint == "" {
+		warnAlreadyFinished(logger, opts.Restore.ID())
+	}
 	attrs := []any{"status", status, "duration", time.Since(start).Round(time.Millisecond),
 		"records_read", read, "records_written", written}
 	switch status {
@@ -467,7 +470,7 @@ func checkAdminAddr(addr string) error {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return invalidInput("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
+		return usageError("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
 	}
 	return nil
 }

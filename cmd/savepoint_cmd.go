@@ -133,12 +133,12 @@ cannot be read, 2 invalid file or flags.`,
 func (o *savepointOptions) target(c *cobra.Command, args []string) (name, dir string, err error) {
 	switch {
 	case len(args) == 1 && o.pipeline != "":
-		return "", "", invalidInput("%s takes a pipeline file or --pipeline NAME, not both", c.CommandPath())
+		return "", "", usageError("%s takes a pipeline file or --pipeline NAME, not both", c.CommandPath())
 	case len(args) == 0 && o.pipeline == "":
-		return "", "", invalidInput("%s takes a pipeline file or --pipeline NAME", c.CommandPath())
+		return "", "", usageError("%s takes a pipeline file or --pipeline NAME", c.CommandPath())
 	case o.pipeline != "":
 		if strings.ContainsAny(o.pipeline, `/\`) || o.pipeline == "." || o.pipeline == ".." {
-			return "", "", invalidInput("--pipeline %q: want the pipeline's name (its file's name: key), not a path", o.pipeline)
+			return "", "", usageError("--pipeline %q: want the pipeline's name (its file's name: key), not a path", o.pipeline)
 		}
 		return o.pipeline, filepath.Join(o.runnerStateDir(c), o.pipeline), nil
 	}
@@ -178,7 +178,7 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 	if o.dir != "" {
 		abs, err := filepath.Abs(o.dir)
 		if err != nil {
-			return invalidInput("--dir %q: %v", o.dir, err)
+			return usageError("--dir %q: %v", o.dir, err)
 		}
 		q.Set("dir", abs)
 	}
@@ -310,7 +310,7 @@ func readSavepoint(path string) savepointRow {
 
 func (o *savepointOptions) list(c *cobra.Command, args []string) error {
 	if o.format != "text" && o.format != "json" {
-		return invalidInput("--format %q: want text or json", o.format)
+		return usageError("--format %q: want text or json", o.format)
 	}
 	name, dir, err := o.target(c, args)
 	if err != nil {

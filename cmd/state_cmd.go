@@ -200,7 +200,7 @@ type inspectTarget struct {
 
 func (o *stateOptions) inspect(c *cobra.Command, path string) error {
 	if o.checkpoint < 0 {
-		return invalidInput("--checkpoint %d: want a checkpoint id (eddy checkpoints list shows them), or none for the newest", o.checkpoint)
+		return usageError("--checkpoint %d: want a checkpoint id (eddy checkpoints list shows them), or none for the newest", o.checkpoint)
 	}
 	var keys map[string]bool
 	if c.Flags().Changed("key") {

@@ -28,7 +28,7 @@ reported on stdout as "FILE: ok". Exit codes: 0 every file is valid, 2 at
 least one is not.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return invalidInput("%s takes one or more pipeline files", c.CommandPath())
+				return usageError("%s takes one or more pipeline files", c.CommandPath())
 			}
 			return nil
 		},

@@ -63,6 +63,9 @@ func (p *problems) at(n *yaml.Node, format string, args ...any) {
 	if n != nil {
 		pos.Line, pos.Col = n.Line, n.Column
 	}
+	if pos.Line < 1 { // a node made by the loader, not read from the file
+		pos.Line, pos.Col = 1, 1
+	}
 	p.list = append(p.list, Problem{Pos: pos, Msg: fmt.Sprintf(format, args...)})
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -173,15 +174,25 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		}
 	}()
 	sum := sha256.Sum256(data)
-	text := p.substitute(string(data))
-	p.lines = strings.Split(text, "\n")
+	p.lines = strings.Split(string(data), "\n")
+	text, refs := protectRefs(string(data))
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		p.yamlSyntax(err)
 		return nil, p.list.sorted()
 	}
+	if len(doc.Content) == 0 {
+		p.atPos(Pos{Line: 1, Col: 1}, "the file is empty: a pipeline file is a mapping with version, name, sources, steps and sinks (see docs/pipeline.md)")
+		return nil, p.list.sorted()
+	}
+	if p.checkFlowCommas(&doc) {
+		// YAML read something other than what was written: what decoding
+		// would say about the pieces is noise.
+		return nil, p.list.sorted()
+	}
+	p.substitute(&doc, refs)
 	root := resolve(&doc)
-	if root == nil || root.Kind != yaml.MappingNode {
+	if root.Kind != yaml.MappingNode {
 		p.at(root, "a pipeline file must be a mapping with version, name, sources, steps and sinks")
 		return nil, p.list.sorted()
 	}
@@ -222,38 +233,147 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 	return spec, nil
 }
 
-var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}`)
+// envRef matches a reference, or an escaped one ($${VAR}, or a bare $${):
+// an escape is read as written, less its first $.
+var envRef = regexp.MustCompile(`\$\$\{(?:[A-Za-z_][A-Za-z0-9_]*(?::[^}]*)?\})?|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}`)
 
-// substitute replaces ${VAR} and ${VAR:default}; $${ stays a literal ${.
-// Values are substituted on their own line, so line numbers do not move.
-func (p *problems) substitute(text string) string {
-	lines := strings.SplitAfter(text, "\n")
-	for i, line := range lines {
-		if !strings.Contains(line, "${") {
+// Environment variables are substituted into the scalar values of the
+// parsed file, never into its text: a value can neither change the file's
+// structure nor be cut short by a " #" or ": " in it, and a ${VAR} in a
+// comment is not looked at. So that a reference may stand unquoted where
+// its braces would be YAML syntax (inside { } or [ ]), each ${...} and $${
+// of the text is replaced before parsing by a placeholder of as many
+// characters (columns do not move), made of Unicode private-use runes: a
+// marker and the reference's index as base-256 digits.
+const (
+	refMarker = '\uE000'
+	refDigit0 = '\uE100' // digit d is refDigit0 + d
+)
+
+// envRefAt is a reference of the file (or an escaped one), and where it stands.
+type envRefAt struct {
+	text string
+	pos  Pos
+}
+
+// protectRefs returns text with its references replaced by placeholders,
+// and the references. A reference whose index does not fit its placeholder
+// stays as it is.
+func protectRefs(text string) (string, []envRefAt) {
+	if !strings.Contains(text, "${") {
+		return text, nil
+	}
+	var refs []envRefAt
+	var b strings.Builder
+	for li, line := range strings.SplitAfter(text, "\n") {
+		last := 0
+		for _, m := range envRef.FindAllStringIndex(line, -1) {
+			ref := line[m[0]:m[1]]
+			n := utf8.RuneCountInString(ref) - 1 // digits
+			i := len(refs)
+			if n < 8 && i >= 1<<(8*n) {
+				continue
+			}
+			refs = append(refs, envRefAt{text: ref, pos: Pos{Line: li + 1, Col: utf8.RuneCountInString(line[:m[0]]) + 1}})
+			b.WriteString(line[last:m[0]])
+			ph := make([]rune, n+1)
+			ph[0] = refMarker
+			for d := n; d >= 1; d-- {
+				ph[d] = refDigit0 + rune(i&0xff)
+				i >>= 8
+			}
+			b.WriteString(string(ph))
+			last = m[1]
+		}
+		b.WriteString(line[last:])
+	}
+	return b.String(), refs
+}
+
+// expandRefs replaces the placeholders of s by what expand returns for
+// their references.
+func expandRefs(s string, refs []envRefAt, expand func(envRefAt) string) string {
+	if !strings.ContainsRune(s, refMarker) {
+		return s
+	}
+	var b strings.Builder
+	rs := []rune(s)
+	for k := 0; k < len(rs); k++ {
+		if rs[k] != refMarker {
+			b.WriteRune(rs[k])
 			continue
 		}
-		lines[i] = envRef.ReplaceAllStringFunc(line, func(m string) string {
-			if m == "$${" {
-				return "${"
-			}
-			sub := envRef.FindStringSubmatch(m)
-			if v, ok := os.LookupEnv(sub[1]); ok {
-				return v
-			}
-			if strings.Contains(m, ":") {
-				return sub[2]
-			}
-			col := strings.Index(line, m) + 1
-			p.atPos(Pos{Line: i + 1, Col: col}, "environment variable %s is not set (set it, or give a default: ${%s:value})", sub[1], sub[1])
-			return ""
-		})
+		i := 0
+		for k+1 < len(rs) && rs[k+1] >= refDigit0 && rs[k+1] <= refDigit0+0xff {
+			k++
+			i = i<<8 | int(rs[k]-refDigit0)
+		}
+		if i < len(refs) {
+			b.WriteString(expand(refs[i]))
+		}
 	}
-	return strings.Join(lines, "")
+	return b.String()
+}
+
+// substitute puts the references back into the parsed file: into the keys
+// as written, into the scalar values substituted. $${ stands for a literal
+// ${; an unset variable without a default is a problem at its reference.
+// A plain scalar is typed by its substituted text, as YAML types it:
+// `count: ${N}` with N=7 is a number. An alias is substituted where its
+// anchor stands.
+func (p *problems) substitute(n *yaml.Node, refs []envRefAt) {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, c := range n.Content {
+			p.substitute(c, refs)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind == yaml.ScalarNode {
+				k.Value = expandRefs(k.Value, refs, func(r envRefAt) string { return r.text })
+			}
+			p.substitute(n.Content[i+1], refs)
+		}
+	case yaml.ScalarNode:
+		v := expandRefs(n.Value, refs, p.expandRef)
+		if v == n.Value {
+			return
+		}
+		n.Value = v
+		if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+			n.Tag = "" // resolved again from the substituted text
+		}
+	}
+}
+
+// expandRef returns the value of a reference.
+func (p *problems) expandRef(r envRefAt) string {
+	if strings.HasPrefix(r.text, "$$") {
+		return r.text[1:]
+	}
+	sub := envRef.FindStringSubmatch(r.text)
+	if v, ok := os.LookupEnv(sub[1]); ok {
+		return v
+	}
+	if strings.Contains(r.text, ":") {
+		return sub[2]
+	}
+	p.atPos(r.pos, "environment variable %s is not set (set it, or give a default: ${%s:value})", sub[1], sub[1])
+	return ""
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// yamlSyntax reports a file that YAML could not parse. yaml.v3 says only a
+// line, often that of the enclosing collection; an expression that a comma
+// cut inside { } is reported instead at the value it cut.
 func (p *problems) yamlSyntax(err error) {
+	if splits := flowCommaSplits(p.lines); len(splits) > 0 {
+		for _, pos := range splits {
+			p.atPos(pos, "YAML syntax: %s: YAML ends a value at a comma inside { } (quote it, or write the mapping in block style)", flowCommaHint)
+		}
+		return
+	}
 	for _, line := range strings.Split(err.Error(), "\n") {
 		line = strings.TrimSpace(line)
 		if m := yamlLine.FindStringSubmatch(line); m != nil {
@@ -403,7 +523,7 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 			if slices.Contains(Keys(stepCommon{}), k.Value) {
 				continue
 			}
-			if kind := Closest(k.Value, env.StepKinds()); kind != "" {
+			if kind := closestStepKind(env, k.Value); kind != "" {
 				p.at(k, "steps[%d]: unknown step kind %q (did you mean %q?)", i, k.Value, kind)
 				return nil
 			}
@@ -434,6 +554,30 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 		p.at(v, "%s: rebalance cannot be combined with %s, which partitions by key", what, kind)
 	}
 	return s
+}
+
+// stepSynonyms are the names other tools (SQL, Benthos, Flink, pandas) give
+// to eddy's step kinds, for "did you mean".
+var stepSynonyms = map[string]string{
+	"where":    "filter",
+	"select":   "map",
+	"project":  "map",
+	"group_by": "key_by",
+	"groupby":  "key_by",
+	"mapping":  "map",
+	"mutation": "set",
+	"distinct": "dedupe",
+}
+
+// closestStepKind returns the step kind that name most likely means: the
+// kind of a synonym, else a kind within two edits, else "".
+func closestStepKind(env *Env, name string) string {
+	if kind, ok := stepSynonyms[strings.ToLower(name)]; ok {
+		if _, known := env.Step(kind); known {
+			return kind
+		}
+	}
+	return Closest(name, env.StepKinds())
 }
 
 func (p *problems) loadSink(env *Env, spec *Spec, n *yaml.Node, i int) *SinkSpec {

@@ -43,6 +43,49 @@ sinks:
 	require.Equal(t, []pipeline.StreamRef{{Node: "k"}}, spec.Sinks[0].Inputs)
 }
 
+// Environment variables are substituted into scalar values after parsing:
+// never into comments, and a value keeps the YAML structure it stands in.
+func TestLoadSubstitution(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		count string // the text of the source's count value
+		tag   string // the text of its tag value
+		want  string // the tag loaded
+	}{
+		{name: "a value with a space and a hash is kept whole", env: map[string]string{"EDDY_TEST_NAME": "run #1"}, tag: "envtest/${EDDY_TEST_NAME}", want: "envtest/run #1"},
+		{name: "a value with a colon and a brace stays a string", env: map[string]string{"EDDY_TEST_NAME": "a: {b: c}"}, tag: "${EDDY_TEST_NAME}", want: "a: {b: c}"},
+		{name: "a value with a newline stays one scalar", env: map[string]string{"EDDY_TEST_NAME": "a\nsinks: []"}, tag: "${EDDY_TEST_NAME}", want: "a\nsinks: []"},
+		{name: "in double quotes", env: map[string]string{"EDDY_TEST_NAME": `say "hi"`}, tag: `"<${EDDY_TEST_NAME}>"`, want: `<say "hi">`},
+		{name: "a default", tag: "${EDDY_TEST_UNSET:fall back}", want: "fall back"},
+		{name: "an empty default", tag: "x${EDDY_TEST_UNSET:}y", want: "xy"},
+		{name: "$${ is a literal ${", tag: "$${EDDY_TEST_UNSET}", want: "${EDDY_TEST_UNSET}"},
+		{name: "a number is typed as YAML types it", env: map[string]string{"EDDY_TEST_N": "7"}, count: "${EDDY_TEST_N}", want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			src := "{type: seq, count: 3}"
+			if tt.tag != "" {
+				src = "{type: seq, count: 3, tag: " + tt.tag + "}"
+			}
+			if tt.count != "" {
+				src = "{type: seq, count: " + tt.count + "}"
+			}
+			text := "version: 1\nname: env  # set ${EDDY_TEST_UNSET} first\n# ${EDDY_TEST_UNSET} is not needed\nsources:\n  - " + src + "\nsinks: [{type: collect}]\n"
+			spec, err := pipeline.Load(testEnv(), "env.yaml", []byte(text))
+			require.NoError(t, err)
+			cfg := spec.Sources[0].Config.(*seqSourceConfig)
+			require.Equal(t, tt.want, cfg.Tag)
+			if tt.count != "" {
+				require.Equal(t, 7, cfg.Count)
+			}
+		})
+	}
+}
+
 func TestLoadInvalid(t *testing.T) {
 	const head = "version: 1\nname: bad\n"
 	tests := []struct {
@@ -110,6 +153,29 @@ func TestLoadInvalid(t *testing.T) {
 		text: head + "sources: [{type: seq, count: ${EDDY_TEST_NOT_SET}}]\nsinks: [{type: collect}]\n",
 		want: []string{`bad.yaml:3:30: environment variable EDDY_TEST_NOT_SET is not set (set it, or give a default: ${EDDY_TEST_NOT_SET:value})`},
 	}, {
+		name: "environment variable not set, inside a value",
+		text: head + "sources:\n  - type: seq\n    tag: 'run ${EDDY_TEST_NOT_SET}'\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:15: environment variable EDDY_TEST_NOT_SET is not set (set it, or give a default: ${EDDY_TEST_NOT_SET:value})`},
+	}, {
+		name: "environment variable not set, in a block scalar",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - where: |\n      n > 1 and\n      n < ${EDDY_TEST_NOT_SET}\nsinks: [{type: collect}]\n",
+		want: []string{
+			`bad.yaml:7:11: environment variable EDDY_TEST_NOT_SET is not set (set it, or give a default: ${EDDY_TEST_NOT_SET:value})`,
+			`bad.yaml:7:11: expression "n > 1 and\nn < \n": unexpected token EOF`,
+		},
+	}, {
+		name: "comma inside { } cuts an expression",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - ops: { label: sprintf(\"%s-%d\", a, 1), n: n }\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:5:19: quote an expression that contains commas inside { }: YAML ends the value of "label" at the comma after "sprintf(\"%s-%d\"" (quote it, or write the mapping in block style)`},
+	}, {
+		name: "comma inside { } makes a YAML syntax error",
+		text: head + "sources: [{type: seq}]\nsteps:\n  - ops: {\n      label: concat(a, \"-\" + b) }\nsinks: [{type: collect}]\n",
+		want: []string{`bad.yaml:6:14: YAML syntax: quote an expression that contains commas inside { }: YAML ends a value at a comma inside { } (quote it, or write the mapping in block style)`},
+	}, {
+		name: "empty file",
+		text: "# nothing yet\n",
+		want: []string{`bad.yaml:1:1: the file is empty: a pipeline file is a mapping with version, name, sources, steps and sinks (see docs/pipeline.md)`},
+	}, {
 		name: "wrong value types and ranges",
 		text: head + "parallelism: two\nsources: [{type: seq, parallelism: 0}]\nsteps:\n  - where: true\n    on_error: retry\n    limit: -1\nsinks: [{type: collect}]\n",
 		want: []string{
@@ -162,6 +228,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("version: 1\nname: f\nsources: [{id: a, type: seq}]\nsteps: [{id: b, from: [a, c], pass: 1}, {id: c, from: b, pass: }]\nsinks: [{type: collect, from: b.errors}]\n")
 	f.Add("a: &x [*x]\n")
 	f.Add("version: ${X:1}\nname: $${y}\n")
+	f.Add("version: 1\nname: f # ${UNSET}\nsources: [{type: seq, tag: a${X:b}c}]\nsteps:\n  - ops: { x: f(a, \"b\" + c) }\nsinks: [{type: collect}]\n")
 	f.Add("version: 1\nname: f\nsources: [{type: seq}]\nsteps:\n  - where: |\n      n >\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		spec, err := pipeline.Load(testEnv(), "fuzz.yaml", []byte(text))
@@ -178,4 +245,31 @@ func FuzzLoad(f *testing.F) {
 		_, err = pipeline.Compile(spec)
 		require.NoError(t, err)
 	})
+}
+
+// An unknown step kind is answered with the kind it most likely means: one
+// a typo away, or the kind another tool's name stands for.
+func TestLoadStepKindSuggestion(t *testing.T) {
+	env := pipeline.NewEnv()
+	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
+	env.RegisterSink(pipeline.SinkPlugin{Type: "collect", New: func() pipeline.SinkConfig { return &collectConfig{} }})
+	for _, kind := range []string{"filter", "map", "key_by"} {
+		env.RegisterStep(pipeline.StepPlugin{Kind: kind, New: func() pipeline.StepConfig { return &passConfig{} }})
+	}
+	tests := []struct{ key, want string }{
+		{"filtr", `unknown step kind "filtr" (did you mean "filter"?)`},
+		{"where", `unknown step kind "where" (did you mean "filter"?)`},
+		{"select", `unknown step kind "select" (did you mean "map"?)`},
+		{"project", `unknown step kind "project" (did you mean "map"?)`},
+		{"group_by", `unknown step kind "group_by" (did you mean "key_by"?)`},
+		{"distinct", `does nothing: give it one of filter, key_by, map`}, // dedupe is not in this env
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			text := "version: 1\nname: s\nsources: [{type: seq}]\nsteps:\n  - " + tt.key + ": x\nsinks: [{type: collect}]\n"
+			_, err := pipeline.Load(env, "s.yaml", []byte(text))
+			require.ErrorContains(t, err, "s.yaml:5:5: steps[0]")
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
 }

@@ -212,7 +212,7 @@ func (s *sink) Write(_ context.Context, batch []pipeline.Record) error {
 			return fmt.Errorf("file sink %q: %s: %w", s.id, s.path, err)
 		}
 		if _, err := s.w.Write(buf); err != nil {
-			return fmt.Errorf("file sink %q: write %s: %w", s.id, s.path, err)
+			return fmt.Errorf("file sink %q: %w", s.id, pathErr("write", s.path, err))
 		}
 	}
 	return nil
@@ -230,11 +230,11 @@ func (s *sink) Flush(context.Context) error {
 		return nil
 	}
 	if err := s.w.Flush(); err != nil {
-		return fmt.Errorf("file sink %q: write %s: %w", s.id, s.path, err)
+		return fmt.Errorf("file sink %q: %w", s.id, pathErr("write", s.path, err))
 	}
 	if s.cfg.Sync {
 		if err := s.f.Sync(); err != nil {
-			return fmt.Errorf("file sink %q: sync %s: %w", s.id, s.path, err)
+			return fmt.Errorf("file sink %q: %w", s.id, pathErr("sync", s.path, err))
 		}
 	}
 	return nil
@@ -283,7 +283,7 @@ func (s *sink) Close(ctx context.Context) error {
 	}
 	err := s.Flush(ctx)
 	if cerr := s.f.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("file sink %q: close %s: %w", s.id, s.path, cerr)
+		err = fmt.Errorf("file sink %q: %w", s.id, pathErr("close", s.path, cerr))
 	}
 	s.f, s.w = nil, nil
 	return err

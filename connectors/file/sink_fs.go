@@ -1,6 +1,8 @@
 package file
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -62,4 +64,22 @@ func (osFS) SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// pathErr wraps err of op on path so that the message names the path once:
+// the errors of package os name it already ("write PATH: no space left on
+// device"), and get only op, unless it is theirs too.
+func pathErr(op, path string, err error) error {
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe) && pe.Path == path:
+		if pe.Op == op {
+			return err
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.As(err, &le) && (le.Old == path || le.New == path):
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s %s: %w", op, path, err)
 }

@@ -292,7 +292,7 @@ func (p *partWriter) write(batch []pipeline.Record) error {
 			}
 		}
 		if _, err := p.w.Write(line); err != nil {
-			return p.fail(p.errorf("write %s: %w", p.path(inProgressName(p.cur.final)), err))
+			return p.fail(p.errorf("%w", pathErr("write", p.path(inProgressName(p.cur.final)), err)))
 		}
 		p.cur.size += int64(len(line))
 		p.cur.records++
@@ -338,7 +338,7 @@ func (p *partWriter) startPart() error {
 	p.cur = &part{f: f, final: final, opened: p.now()}
 	if h := p.enc.Header(); h != nil {
 		if _, err := p.w.Write(h); err != nil {
-			return p.errorf("write %s: %w", p.path(inProgressName(final)), err)
+			return p.errorf("%w", pathErr("write", p.path(inProgressName(final)), err))
 		}
 		p.cur.size = int64(len(h))
 	}
@@ -354,17 +354,17 @@ func (p *partWriter) finishPart() error {
 	inProgress, pending := p.path(inProgressName(c.final)), p.path(pendingName(c.final))
 	if err := p.w.Flush(); err != nil {
 		_ = c.f.Close()
-		return p.errorf("write %s: %w", inProgress, err)
+		return p.errorf("%w", pathErr("write", inProgress, err))
 	}
 	if err := c.f.Sync(); err != nil {
 		_ = c.f.Close()
-		return p.errorf("fsync %s: %w", inProgress, err)
+		return p.errorf("%w", pathErr("fsync", inProgress, err))
 	}
 	if err := c.f.Close(); err != nil {
-		return p.errorf("close %s: %w", inProgress, err)
+		return p.errorf("%w", pathErr("close", inProgress, err))
 	}
 	if err := p.fs.Rename(inProgress, pending); err != nil {
-		return p.errorf("pre-commit %s: %w", inProgress, err)
+		return p.errorf("%w", pathErr("pre-commit", inProgress, err))
 	}
 	p.rolled = append(p.rolled, partEntry{Pending: pendingName(c.final), Final: c.final, Size: c.size})
 	return nil
@@ -431,7 +431,7 @@ func (p *partWriter) close() error {
 	c := p.cur
 	p.cur = nil
 	if err := c.f.Close(); err != nil {
-		return p.errorf("close %s: %w", p.path(inProgressName(c.final)), err)
+		return p.errorf("%w", pathErr("close", p.path(inProgressName(c.final)), err))
 	}
 	return nil
 }

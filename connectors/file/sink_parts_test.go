@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -703,4 +705,34 @@ func TestCommittableJSON(t *testing.T) {
 		`{"pending":".result-2-000003.jsonl.pending","final":"result-2-000003.jsonl","size":42}]}`, string(b))
 	require.Equal(t, c, decode(t, b))
 	require.True(t, slices.Equal([]string{"result-2-000003.jsonl"}, finals(c)))
+}
+
+// A full disk is reported with the file's path once, however the sink
+// writes: os's errors name the path already.
+func TestSinkDiskFullNamesPathOnce(t *testing.T) {
+	ctx := context.Background()
+	t.Run("without checkpoints", func(t *testing.T) {
+		if _, err := os.Stat("/dev/full"); err != nil {
+			t.Skip("no /dev/full here")
+		}
+		s := conntest.OpenSink(t, loadSink(t, "path: /dev/full"), 0, 1)
+		require.NoError(t, s.Write(ctx, recs(0, 1)), "buffered")
+		require.EqualError(t, s.Close(ctx), `file sink "out": write /dev/full: no space left on device`)
+	})
+	t.Run("part files", func(t *testing.T) {
+		dir := t.TempDir()
+		full := func(op, name string) error {
+			if op == "write" {
+				return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
+			}
+			return nil
+		}
+		s := openParts(t, loadSink(t, "path: "+dir+"/"), 0, 1, nil, withFS(&faultFS{fail: full}))
+		require.NoError(t, s.Write(ctx, recs(0, 1)), "buffered")
+		_, err := s.PreCommit(ctx, 1)
+		path := filepath.Join(dir, ".part-0-000000.jsonl.inprogress")
+		require.EqualError(t, err, `file sink "out": write `+path+`: no space left on device`)
+		require.ErrorIs(t, err, syscall.ENOSPC)
+		crash(s)
+	})
 }
