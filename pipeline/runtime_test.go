@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,6 +286,13 @@ sinks:
 		plan, cols := load(t, fmt.Sprintf(text, "skip", ""))
 		run(t, plan)
 		require.Len(t, cols["out"].all(), 9)
+	})
+	t.Run("default is fail", func(t *testing.T) {
+		plan, _ := load(t, strings.Replace(fmt.Sprintf(text, "x", ""), "    on_error: x\n", "", 1))
+		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Steps[0].OnError)
+		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Sources[0].OnError)
+		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	})
 	t.Run("fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, "fail", ""))
