@@ -109,6 +109,13 @@ func TestCommands(t *testing.T) {
 			want: result{code: 2, stdout: "testdata/ok.yaml: ok\ntestdata/explain/simple.yaml: ok\n", stderr: brokenProblems},
 		},
 		{
+			name: "validate an event_time that can never give a time",
+			args: []string{"validate", "testdata/event_time.yaml"},
+			want: result{code: 2, stderr: `testdata/event_time.yaml:9:17: source "readings": event_time "\"hello\"" can never give a time: "hello" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))
+testdata/event_time.yaml:15:17: source "flags": event_time "ok && true" can never give a time: it returns bool, not a time: return epoch milliseconds, a time or a timestamp string
+`},
+		},
+		{
 			name: "validate a missing file",
 			args: []string{"validate", "testdata/missing.yaml"},
 			want: result{code: 2, stderr: "eddy: read pipeline file: open testdata/missing.yaml: no such file or directory\n"},

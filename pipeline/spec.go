@@ -343,6 +343,11 @@ func (p *problems) loadSource(env *Env, spec *Spec, n *yaml.Node, i int) *Source
 	p.checkID(n, c.ID)
 	what := fmt.Sprintf("source %q", c.ID)
 	p.checkParallelism(n, what, c.Parallelism, spec.MaxParallelism)
+	if c.EventTime.Program() != nil {
+		if err := checkEventTime(&c.EventTime); err != nil {
+			p.atPos(c.EventTime.Pos(), "%s: event_time %q can never give a time: %s", what, c.EventTime.Source, err)
+		}
+	}
 	if c.Type == "" {
 		return nil
 	}
