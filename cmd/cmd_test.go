@@ -72,6 +72,11 @@ testdata/broken.yaml:15:11: sink "print": from "evnes": no source, step or side 
 	okStdout = `{"label":"n-0","n":0}` + "\n" + `{"label":"n-2","n":2}` + "\n"
 )
 
+// ratiosWarn is the guarantee warning of testdata/ratios*.yaml.
+func ratiosWarn(name string) string {
+	return strings.ReplaceAll(okWarn, "pipeline=ok", "pipeline="+name)
+}
+
 func startLine(stateDir string) string {
 	return fmt.Sprintf(`level=INFO msg="starting pipeline" pipeline=ok file=testdata/ok.yaml tasks=1 subtasks=1 guarantee=at-most-once state_dir=%s`+"\n", stateDir)
 }
@@ -109,6 +114,13 @@ func TestCommands(t *testing.T) {
 			name: "validate reports every problem of every file",
 			args: []string{"validate", "testdata/ok.yaml", "testdata/broken.yaml", "testdata/explain/simple.yaml"},
 			want: result{code: 2, stdout: "testdata/ok.yaml: ok\ntestdata/explain/simple.yaml: ok\n", stderr: brokenProblems},
+		},
+		{
+			name: "validate an event_time that can never give a time",
+			args: []string{"validate", "testdata/event_time.yaml"},
+			want: result{code: 2, stderr: `testdata/event_time.yaml:9:17: source "readings": event_time "\"hello\"" can never give a time: "hello" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))
+testdata/event_time.yaml:15:17: source "flags": event_time "ok && true" can never give a time: it returns bool, not a time: return epoch milliseconds, a time or a timestamp string
+`},
 		},
 		{
 			name: "validate a missing file",
@@ -220,6 +232,27 @@ testdata/commas.yaml:9:14: YAML syntax: quote an expression that contains commas
 			args: []string{"run", "testdata/fails.yaml"},
 			env:  map[string]string{"EDDY_LOG_LEVEL": "error"},
 			want: result{code: 1, stderr: `level=ERROR msg="pipeline failed" pipeline=fails status=failed duration=D records_read=0 records_written=0 err="task readings -> print[0/1]: open source \"readings\": file source \"readings\": no file matches testdata/no-such-dir/*.jsonl"` + "\n"},
+		},
+		{
+			// on_error defaults to fail: a record that fails ends the run
+			// with exit 1, and the summary counts it.
+			name: "run a pipeline whose step fails a record",
+			args: []string{"run", "--admin-addr", "off", "testdata/ratios.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "warn"},
+			want: result{code: 1, stderr: ratiosWarn("ratios") +
+				`level=WARN msg="step summary" pipeline=ratios step=ratio kind=set errors=1 skipped=0 dead_lettered=0
+level=ERROR msg="pipeline failed" pipeline=ratios status=failed duration=D records_read=4 records_written=0 record_errors=1 err="task numbers -> ratio -> print[0/1]: record failed in \"ratio\": set field \"r\": expression \"3 / n\": the result is +Inf, not a finite number (a division by zero?)"
+`},
+		},
+		{
+			name: "run a pipeline whose step skips a record",
+			args: []string{"run", "--admin-addr", "off", "testdata/ratios_skip.yaml"},
+			env:  map[string]string{"EDDY_LOG_LEVEL": "warn"},
+			want: result{code: 0, stdout: `{"n":1,"r":3}` + "\n" + `{"n":2,"r":1.5}` + "\n" + `{"n":3,"r":1}` + "\n",
+				stderr: ratiosWarn("ratios_skip") +
+					`level=WARN msg="skipping a record that failed (on_error: skip); later ones are logged at debug level and counted in eddy_record_errors_total" pipeline=ratios_skip step=ratio subtask=0 id=ratio error="set field \"r\": expression \"3 / n\": the result is +Inf, not a finite number (a division by zero?)"
+level=WARN msg="step summary" pipeline=ratios_skip step=ratio kind=set errors=1 skipped=1 dead_lettered=0
+`},
 		},
 		{
 			name: "unknown command",

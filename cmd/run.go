@@ -72,7 +72,9 @@ probes GET /healthz.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
-by each sink.
+by each sink, and, at warn level, the records that failed in each source or
+step that had any: errors, and how many of them were skipped or
+dead-lettered (on_error).
 
 Exit codes: 0 the input ended or the pipeline was stopped gracefully,
 1 the pipeline failed or was cancelled, 2 the file is invalid.`,
@@ -253,12 +255,15 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		status = "stopped"
 	}
 
-	read, written := summarize(logger, plan, metrics)
+	read, written, failed := summarize(logger, plan, metrics)
 	if status == "finished" && read == 0 && opts.Restore != nil && o.restore.fromSavepoint == "" {
 		warnAlreadyFinished(logger, opts.Restore.ID())
 	}
 	attrs := []any{"status", status, "duration", time.Since(start).Round(time.Millisecond),
 		"records_read", read, "records_written", written}
+	if failed > 0 {
+		attrs = append(attrs, "record_errors", failed)
+	}
 	switch status {
 	case "cancelled":
 		logger.Warn("pipeline cancelled", attrs...)
@@ -271,9 +276,10 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	return nil
 }
 
-// summarize logs the records each source read and each sink wrote, summed
-// over subtasks, and returns the totals.
-func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (read, written int64) {
+// summarize logs the records each source read and each sink wrote, and the
+// records that failed in each source or step that had any (by what its
+// on_error did with them), summed over subtasks; it returns the totals.
+func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (read, written, failed int64) {
 	count := func(n *pipeline.Node, counter func(pipeline.SubtaskInfo) float64) int64 {
 		var sum float64
 		for sub := range n.Parallelism {
@@ -281,19 +287,35 @@ func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (r
 		}
 		return int64(sum)
 	}
+	errs := m.RecordErrorCounts()
+	// log logs a summary line, at warn level with the node's errors if it
+	// had any.
+	log := func(msg string, n *pipeline.Node, attrs ...any) {
+		c, ok := errs[n.ID]
+		if !ok {
+			logger.Info(msg, attrs...)
+			return
+		}
+		failed += c.Total()
+		logger.Warn(msg, append(attrs, "errors", c.Total(), "skipped", c.Skipped, "dead_lettered", c.DeadLettered)...)
+	}
 	for _, n := range plan.Nodes {
 		switch n.Kind {
 		case pipeline.SourceNode:
 			r := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsOut(i)) })
-			logger.Info("source summary", "source", n.ID, "type", n.Type, "records_read", r)
+			log("source summary", n, "source", n.ID, "type", n.Type, "records_read", r)
 			read += r
+		case pipeline.StepNode:
+			if _, ok := errs[n.ID]; ok {
+				log("step summary", n, "step", n.ID, "kind", n.Type)
+			}
 		case pipeline.SinkNode:
 			w := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsIn(i)) })
 			logger.Info("sink summary", "sink", n.ID, "type", n.Type, "records_written", w)
 			written += w
 		}
 	}
-	return read, written
+	return read, written, failed
 }
 
 // restartOptions points the next attempt at the latest complete checkpoint

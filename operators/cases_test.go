@@ -8,7 +8,8 @@ import (
 )
 
 // opCase is one table test of an operator: the step, a batch in, what comes
-// out, and how many records went to on_error (skip, the default policy).
+// out, and how many records went to on_error (a case with errors gives
+// on_error: skip; the default, fail, would fail the batch).
 type opCase struct {
 	name string
 	step string // the step's own line(s) after "- id: s", e.g. "filter: x > 1"

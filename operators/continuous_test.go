@@ -305,6 +305,25 @@ func TestContinuousAggregateBadInput(t *testing.T) {
 	require.Equal(t, int64(2), dl.Time)
 }
 
+// An aggregate input that is NaN or infinite (a division by zero) fails the
+// record instead of poisoning the key's aggregate for good.
+func TestContinuousAggregateNonFiniteInput(t *testing.T) {
+	h := newKeyedHarness(t, stepYAML("key_by: id\n    aggregate:\n      total: sum(a / b)\n      last: reduce(a / b, 0)\n    on_error: dead_letter"))
+	out := h.mustProcess(
+		h.rec(1, fields{"id": "a", "a": 1, "b": 2}),
+		h.rec(2, fields{"id": "a", "a": 1, "b": 0}),
+		h.rec(3, fields{"id": "a", "a": 3, "b": 2}),
+	)
+	var got []string
+	for _, r := range out {
+		got = append(got, fmt.Sprintf("%s total=%v last=%v", r.Fields["_op"], r.Fields["total"], r.Fields["last"]))
+	}
+	require.Equal(t, []string{"+I total=0.5 last=0.5", "-U total=0.5 last=0.5", "+U total=2 last=1.5"}, got)
+	require.Len(t, h.dead.records, 1)
+	require.Equal(t, fields{"id": "a", "a": 1, "b": 0}, h.dead.records[0].Fields["record"])
+	require.Contains(t, h.dead.records[0].Fields["error"], "aggregate total: sum(a / b): the result is +Inf, not a finite number")
+}
+
 // on_error: fail fails the batch and emits nothing.
 func TestContinuousAggregateBadInputFails(t *testing.T) {
 	h := newKeyedHarness(t, stepYAML("key_by: id\n    aggregate: {total: sum(x)}\n    on_error: fail"))

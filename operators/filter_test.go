@@ -35,7 +35,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name: "missing field in comparison is a record error",
-			step: "filter: temp > 30",
+			step: "filter: temp > 30\n    on_error: skip",
 			in:   []pipeline.Record{rec(fields{"temp": 31}), rec(fields{"other": 1}), rec(fields{"temp": 32})},
 			want: []pipeline.Record{rec(fields{"temp": 31}), rec(fields{"temp": 32})},
 			errs: 1,
@@ -44,7 +44,7 @@ func TestFilter(t *testing.T) {
 			// The loader compiles a filter with expr's AsBool: nil (a
 			// missing field) converts to false, any other non-bool fails.
 			name: "non-bool result is a record error, nil is false",
-			step: "filter: flag",
+			step: "filter: flag\n    on_error: skip",
 			in:   []pipeline.Record{rec(fields{"flag": true}), rec(fields{"flag": "yes"}), rec(fields{}), rec(fields{"flag": false})},
 			want: []pipeline.Record{rec(fields{"flag": true})},
 			errs: 1,

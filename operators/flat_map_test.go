@@ -50,7 +50,7 @@ func TestFlatMap(t *testing.T) {
 		},
 		{
 			name: "non-list is a record error",
-			step: "flat_map: items",
+			step: "flat_map: items\n    on_error: skip",
 			in:   []pipeline.Record{rec(fields{"items": 3}), rec(fields{"items": []any{1}}), rec(fields{"items": map[string]any{"a": 1}})},
 			want: []pipeline.Record{rec(fields{"value": 1})},
 			errs: 2,

@@ -35,7 +35,7 @@ func TestMap(t *testing.T) {
 		},
 		{
 			name: "failed record is dropped",
-			step: "map: {n: len(s)}",
+			step: "map: {n: len(s)}\n    on_error: skip",
 			in:   []pipeline.Record{rec(fields{"s": "abc"}), rec(fields{"s": 5}), rec(fields{"s": "de"})},
 			want: []pipeline.Record{rec(fields{"n": 3}), rec(fields{"n": 2})},
 			errs: 1,

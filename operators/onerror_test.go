@@ -30,6 +30,16 @@ func TestOnError(t *testing.T) {
 			`map field "y": expression "x + 1": invalid operation: string + int (1:3)`},
 		{"flat_map: x", fields{"x": []any{1}}, fields{"x": "a"}, fields{"value": 1},
 			`expression returned the wrong type: flat_map expression "x" returned string, not a list`},
+		// A NaN or an infinite float is an error, not a value (ErrNotFinite),
+		// also inside the maps and lists an expression returns.
+		// The dead letter holds the record as the step received it: c, set
+		// before q failed, is taken back.
+		{"set: {c: 1, q: a / b}", fields{"a": 1, "b": 2}, fields{"a": 1, "b": 0}, fields{"a": 1, "b": 2, "c": 1, "q": 0.5},
+			`set field "q": expression "a / b": the result is +Inf, not a finite number (a division by zero?)`},
+		{`map: {m: '{"x": [1, a / b]}'}`, fields{"a": 1, "b": 2}, fields{"a": 0, "b": 0}, fields{"m": fields{"x": []any{1, 0.5}}},
+			`map field "m": expression "{\"x\": [1, a / b]}": the result holds NaN at "x.1", not a finite number (a division by zero?)`},
+		{"flat_map: '[a / b]'", fields{"a": 1, "b": 2}, fields{"a": -1, "b": 0}, fields{"value": 0.5},
+			`flat_map expression "[a / b]": the result holds -Inf at "0", not a finite number (a division by zero?)`},
 	}
 	policies := []pipeline.OnError{pipeline.OnErrorFail, pipeline.OnErrorSkip, pipeline.OnErrorDeadLetter}
 	for _, k := range kinds {

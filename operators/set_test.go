@@ -35,7 +35,7 @@ func TestSet(t *testing.T) {
 		},
 		{
 			name: "failed record is dropped, others kept",
-			step: "set: {y: x + 1}",
+			step: "set: {y: x + 1}\n    on_error: skip",
 			in:   []pipeline.Record{rec(fields{"x": 1}), rec(fields{"x": "s"}), rec(fields{"x": 3})},
 			want: []pipeline.Record{rec(fields{"x": 1, "y": 2}), rec(fields{"x": 3, "y": 4})},
 			errs: 1,

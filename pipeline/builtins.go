@@ -441,9 +441,9 @@ func bTsParse(args ...any) (any, error) {
 		}
 	}
 	if layout == "" {
-		ms, err := biParseTimestamp(s, loc)
+		ms, err := parseTimestamp(s, loc)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w (give a layout as the second argument)", name, err)
 		}
 		return int(ms), nil
 	}
@@ -457,7 +457,9 @@ func bTsParse(args ...any) (any, error) {
 // parseTimestamp parses epoch milliseconds ("1700000000000"), RFC 3339 with
 // or without a zone, with 'T' or ' ' between date and time, with optional
 // fractional seconds, or a date alone. Times without a zone are in loc.
-func biParseTimestamp(s string, loc *time.Location) (int64, error) {
+// ts_parse without a layout, to_ms and a source's event_time share it, so
+// they read the same strings.
+func parseTimestamp(s string, loc *time.Location) (int64, error) {
 	s = strings.TrimSpace(s)
 	if biIsInteger(s) {
 		ms, err := strconv.ParseInt(s, 10, 64)
@@ -486,7 +488,7 @@ func biParseTimestamp(s string, loc *time.Location) (int64, error) {
 	if len(s) > 64 {
 		s = s[:64] + "..."
 	}
-	return 0, fmt.Errorf("%q is not an RFC 3339 timestamp, a date or epoch milliseconds (give a layout as the second argument)", s)
+	return 0, fmt.Errorf("%q is not an RFC 3339 timestamp, a date or epoch milliseconds", s)
 }
 
 func biIsInteger(s string) bool {
@@ -585,9 +587,9 @@ func bToMs(args ...any) (any, error) {
 	case time.Duration:
 		return int(x.Milliseconds()), nil
 	case string:
-		ms, err := biParseTimestamp(x, time.UTC)
+		ms, err := parseTimestamp(x, time.UTC)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w (parse other layouts with ts_parse(s, layout))", name, err)
 		}
 		return int(ms), nil
 	default:

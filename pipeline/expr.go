@@ -3,7 +3,9 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -231,7 +233,22 @@ func (m *VM) Eval(e *Expr, env any) (any, error) {
 // _offset and _timestamp (epoch ms) when the expression names them and the
 // record has metadata. Metadata is lent to the fields for the call only: a
 // field of the same name is shadowed during it and restored after.
+//
+// A result that is, or holds in its maps and lists, a NaN or an infinite
+// float (`a / b` with b = 0) is an error wrapping ErrNotFinite: no record
+// field, key or event time is ever computed as one.
 func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
+	out, err := m.evalRecord(e, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckFinite(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *VM) evalRecord(e *Expr, r *Record) (any, error) {
 	if e.meta == 0 || r.Meta == nil {
 		return m.vm.Run(e.program, r.Fields)
 	}
@@ -259,6 +276,71 @@ func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
 		}
 	}
 	return out, err
+}
+
+// CheckFinite returns an error wrapping ErrNotFinite when v is a NaN or an
+// infinite float, or a map[string]any or []any holding one at any depth; the
+// error names the value's path ("a.0.b") inside v. It allocates only when
+// it returns an error.
+func CheckFinite(v any) error {
+	if nf := findNonFinite(v); nf != nil {
+		return nf
+	}
+	return nil
+}
+
+// NotFiniteError is the error of CheckFinite.
+type NotFiniteError struct {
+	Value float64
+	// rpath is the path of the value inside the result, innermost first.
+	rpath []string
+}
+
+// Path returns where the value stands in the result ("" for the result
+// itself, "a.0.b" for a nested one).
+func (e *NotFiniteError) Path() string {
+	p := slices.Clone(e.rpath)
+	slices.Reverse(p)
+	return strings.Join(p, ".")
+}
+
+func (e *NotFiniteError) Error() string {
+	if len(e.rpath) == 0 {
+		return fmt.Sprintf("the result is %v, %s (a division by zero?)", e.Value, ErrNotFinite)
+	}
+	return fmt.Sprintf("the result holds %v at %q, %s (a division by zero?)", e.Value, e.Path(), ErrNotFinite)
+}
+
+func (e *NotFiniteError) Unwrap() error { return ErrNotFinite }
+
+// findNonFinite is CheckFinite without the interface conversion: a type
+// switch for the common results, a walk of maps and lists, no reflection.
+func findNonFinite(v any) *NotFiniteError {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return &NotFiniteError{Value: x}
+		}
+	case float32:
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			return &NotFiniteError{Value: f}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if nf := findNonFinite(e); nf != nil {
+				nf.rpath = append(nf.rpath, k)
+				return nf
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if nf := findNonFinite(e); nf != nil {
+				nf.rpath = append(nf.rpath, strconv.Itoa(i))
+				return nf
+			}
+		}
+	}
+	return nil
 }
 
 // EvalBool runs a predicate.

@@ -165,6 +165,55 @@ func (m *Metrics) RecordErrors(info SubtaskInfo, policy OnError) prometheus.Coun
 	return m.recordErrors.With(l)
 }
 
+// ErrorCounts are the records that failed in one source or step, summed over
+// its subtasks, by what its on_error policy did with them.
+type ErrorCounts struct {
+	// Failed is 1 when a record failed the run (on_error: fail), more
+	// when restarts met it again.
+	Failed, Skipped, DeadLettered int64
+}
+
+// Total returns the records that failed, whatever became of them.
+func (c ErrorCounts) Total() int64 { return c.Failed + c.Skipped + c.DeadLettered }
+
+// RecordErrorCounts returns eddy_record_errors_total per source or step id
+// (the id label), summed over subtasks; an id without errors is absent.
+func (m *Metrics) RecordErrorCounts() map[string]ErrorCounts {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		m.recordErrors.Collect(ch)
+		close(ch)
+	}()
+	out := map[string]ErrorCounts{}
+	for metric := range ch {
+		var d dto.Metric
+		if err := metric.Write(&d); err != nil || d.GetCounter().GetValue() == 0 {
+			continue
+		}
+		var id, policy string
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "id":
+				id = l.GetValue()
+			case "policy":
+				policy = l.GetValue()
+			}
+		}
+		n := int64(d.GetCounter().GetValue())
+		c := out[id]
+		switch policy {
+		case OnErrorSkip.String():
+			c.Skipped += n
+		case OnErrorDeadLetter.String():
+			c.DeadLettered += n
+		default:
+			c.Failed += n
+		}
+		out[id] = c
+	}
+	return out
+}
+
 // LateDropped returns the late-records-dropped counter of a subtask.
 func (m *Metrics) LateDropped(info SubtaskInfo) prometheus.Counter {
 	return m.lateDropped.With(m.labels(info))

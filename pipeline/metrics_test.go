@@ -204,3 +204,24 @@ func TestTaskCheckpointGauges(t *testing.T) {
 		require.Positive(t, gauge("eddy_checkpoint_sync_seconds", task), task)
 	}
 }
+
+// RecordErrorCounts sums eddy_record_errors_total per id over subtasks and
+// keeps apart what each policy did; ids without errors are absent.
+func TestRecordErrorCounts(t *testing.T) {
+	m := pipeline.NewMetrics()
+	info := func(id string, sub int) pipeline.SubtaskInfo {
+		return pipeline.SubtaskInfo{ID: id, Subtask: sub, Parallelism: 2}
+	}
+	m.RecordErrors(info("a", 0), pipeline.OnErrorSkip).Add(2)
+	m.RecordErrors(info("a", 1), pipeline.OnErrorSkip).Add(3)
+	m.RecordErrors(info("b", 1), pipeline.OnErrorDeadLetter).Inc()
+	m.RecordErrors(info("c", 0), pipeline.OnErrorFail).Inc()
+	m.RecordErrors(info("d", 0), pipeline.OnErrorSkip) // a series without errors
+	got := m.RecordErrorCounts()
+	require.Equal(t, map[string]pipeline.ErrorCounts{
+		"a": {Skipped: 5},
+		"b": {DeadLettered: 1},
+		"c": {Failed: 1},
+	}, got)
+	require.Equal(t, int64(5), got["a"].Total())
+}

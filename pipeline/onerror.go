@@ -12,10 +12,12 @@ import (
 type OnError int
 
 const (
-	// OnErrorSkip drops the record, counts it and logs at debug level (the default).
-	OnErrorSkip OnError = iota
-	// OnErrorFail fails the task (and so the run, or a restart).
-	OnErrorFail
+	// OnErrorFail fails the task (and so the run, or a restart): the
+	// default, so that no record is lost unless the file says so.
+	OnErrorFail OnError = iota
+	// OnErrorSkip drops the record, counts it and logs it (the first at
+	// warn level, the others at debug level).
+	OnErrorSkip
 	// OnErrorDeadLetter sends the record, the error text and the step id to
 	// the side stream "<step>.errors".
 	OnErrorDeadLetter
@@ -23,12 +25,12 @@ const (
 
 func (p OnError) String() string {
 	switch p {
-	case OnErrorFail:
-		return "fail"
+	case OnErrorSkip:
+		return "skip"
 	case OnErrorDeadLetter:
 		return "dead_letter"
 	}
-	return "skip"
+	return "fail"
 }
 
 // UnmarshalYAML parses fail | skip | dead_letter.

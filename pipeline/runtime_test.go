@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,6 +287,13 @@ sinks:
 		run(t, plan)
 		require.Len(t, cols["out"].all(), 9)
 	})
+	t.Run("default is fail", func(t *testing.T) {
+		plan, _ := load(t, strings.Replace(fmt.Sprintf(text, "x", ""), "    on_error: x\n", "", 1))
+		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Steps[0].OnError)
+		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Sources[0].OnError)
+		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
+	})
 	t.Run("fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, "fail", ""))
 		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
@@ -334,6 +342,35 @@ sinks:
 	dead := cols["dead"].all()
 	require.Len(t, dead, 10)
 	require.Contains(t, dead[0]["error"], "key_by")
+}
+
+// A key that is NaN or infinite (a division by zero) is a key error.
+func TestNonFiniteKeysAreKeyErrors(t *testing.T) {
+	plan, cols := load(t, `
+version: 1
+name: keynan
+sources:
+  - id: nums
+    type: seq
+    count: 10
+steps:
+  - id: k
+    keyed: 'n == 0 ? 0 / n : 1 / n'
+    on_error: dead_letter
+    parallelism: 2
+sinks:
+  - id: out
+    type: collect
+  - id: dead
+    type: collect
+    from: k.errors
+`)
+	run(t, plan)
+	require.Len(t, cols["out"].all(), 9)
+	dead := cols["dead"].all()
+	require.Len(t, dead, 1)
+	require.Equal(t, 0, dead[0]["record"].(map[string]any)["n"])
+	require.Equal(t, "key_by: the result is NaN, not a finite number (a division by zero?)", dead[0]["error"])
 }
 
 func TestUpsertSinksDropRetractions(t *testing.T) {

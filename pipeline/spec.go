@@ -451,7 +451,7 @@ func (p *problems) loadSource(env *Env, spec *Spec, n *yaml.Node, i int) *Source
 		return nil
 	}
 	ownNode, rest := split(n, Keys(sourceCommon{}))
-	c := sourceCommon{Parallelism: spec.Parallelism, OnError: OnErrorSkip, Watermark: WatermarkSpec{Interval: Duration(DefaultWatermarkInterval)}}
+	c := sourceCommon{Parallelism: spec.Parallelism, OnError: OnErrorFail, Watermark: WatermarkSpec{Interval: Duration(DefaultWatermarkInterval)}}
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), fmt.Sprintf("sources[%d]", i))
 	p.compileExprs(&c)
 	if _, v := mappingValue(n, "watermark"); v != nil && !c.EventTime.IsSet() {
@@ -463,6 +463,11 @@ func (p *problems) loadSource(env *Env, spec *Spec, n *yaml.Node, i int) *Source
 	p.checkID(n, c.ID)
 	what := fmt.Sprintf("source %q", c.ID)
 	p.checkParallelism(n, what, c.Parallelism, spec.MaxParallelism)
+	if c.EventTime.Program() != nil {
+		if err := checkEventTime(&c.EventTime); err != nil {
+			p.atPos(c.EventTime.Pos(), "%s: event_time %q can never give a time: %s", what, c.EventTime.Source, err)
+		}
+	}
 	if c.Type == "" {
 		return nil
 	}
@@ -514,7 +519,7 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 		}
 	}
 	ownNode, rest := split(n, Keys(stepCommon{}))
-	c := stepCommon{Parallelism: spec.Parallelism, OnError: OnErrorSkip}
+	c := stepCommon{Parallelism: spec.Parallelism, OnError: OnErrorFail}
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), fmt.Sprintf("steps[%d]", i))
 	switch len(kinds) {
 	case 0:

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -270,6 +271,40 @@ func TestLoadStepKindSuggestion(t *testing.T) {
 			_, err := pipeline.Load(env, "s.yaml", []byte(text))
 			require.ErrorContains(t, err, "s.yaml:5:5: steps[0]")
 			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// An event_time that can never give a time does not load: a constant that
+// is not a timestamp, or a result whose static type is not one. Record
+// fields have no static type, so a field always loads.
+func TestEventTimeThatCannotGiveATime(t *testing.T) {
+	const text = "version: 1\nname: et\nsources:\n  - id: in\n    type: seq\n    event_time: %s\nsinks: [{type: collect}]\n"
+	for _, tc := range []struct {
+		expr string
+		want string // "" when it loads
+	}{
+		{`ts`, ""},
+		{`n * 1000`, ""},
+		{`'"2024-05-01 11:59:59.414"'`, ""},
+		{`ts_parse(ts, "02/01/2006 15:04")`, ""},
+		{`'ts == nil ? now() : date(ts)'`, ""},
+		{`'"hello"'`, `et.yaml:6:17: source "in": event_time "\"hello\"" can never give a time: "hello" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))`},
+		{`nil`, `et.yaml:6:17: source "in": event_time "nil" can never give a time: the record has no timestamp (the expression returned null)`},
+		{`1 / 0`, `et.yaml:6:17: source "in": event_time "1 / 0" can never give a time: the result is +Inf, not a finite number (a division by zero?)`},
+		{`ts > 5`, `et.yaml:6:17: source "in": event_time "ts > 5" can never give a time: it returns bool, not a time: return epoch milliseconds, a time or a timestamp string`},
+		{`'{"at": ts}'`, `et.yaml:6:17: source "in": event_time "{\"at\": ts}" can never give a time: it returns map[string]interface {}, not a time: return epoch milliseconds, a time or a timestamp string`},
+		{`'[ts]'`, `et.yaml:6:17: source "in": event_time "[ts]" can never give a time: it returns []interface {}, not a time: return epoch milliseconds, a time or a timestamp string`},
+		{`duration(ts)`, `et.yaml:6:17: source "in": event_time "duration(ts)" can never give a time: it returns time.Duration, not a time: return epoch milliseconds, a time or a timestamp string`},
+	} {
+		t.Run(tc.expr, func(t *testing.T) {
+			_, err := pipeline.Load(testEnv(), "et.yaml", []byte(fmt.Sprintf(text, tc.expr)))
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			require.EqualError(t, err, tc.want)
 		})
 	}
 }

@@ -636,11 +636,7 @@ func (t *task) emitRead(rb *ReadBatch) error {
 		now := time.Now()
 		n := 0
 		for _, r := range recs {
-			v, err := t.vm.EvalRecord(et, &r)
-			var ts int64
-			if err == nil {
-				ts, err = eventTime(v)
-			}
+			ts, err := t.vm.evalEventTime(et, &r)
 			if err != nil {
 				if herr := t.srcErrs.Handle(r, err); herr != nil {
 					return herr

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"strings"
 	"time"
+
+	"github.com/expr-lang/expr/ast"
 )
 
 // WatermarkSpec is a source's `watermark:` block.
@@ -92,6 +96,35 @@ func (g *watermarks) current(now time.Time) (wm int64, idle bool) {
 	return wm, false
 }
 
+// evalEventTime returns the event time of r by the source's event_time
+// expression e, in epoch ms.
+func (m *VM) evalEventTime(e *Expr, r *Record) (int64, error) {
+	v, err := m.EvalRecord(e, r)
+	var ts int64
+	if err == nil {
+		ts, err = eventTime(v)
+	}
+	if err != nil {
+		return 0, &eventTimeError{src: e.Source, err: err}
+	}
+	return ts, nil
+}
+
+// eventTimeError is the error of a record whose event time fails. Its text
+// is one line naming the expression (expr's source snippet is left out),
+// since it ends up in logs and dead letters.
+type eventTimeError struct {
+	src string
+	err error
+}
+
+func (e *eventTimeError) Error() string {
+	msg, _, _ := strings.Cut(e.err.Error(), "\n")
+	return fmt.Sprintf("event_time %q: %s", e.src, msg)
+}
+
+func (e *eventTimeError) Unwrap() error { return e.err }
+
 // eventTime converts the result of an event_time expression to epoch ms.
 func eventTime(v any) (int64, error) {
 	switch x := v.(type) {
@@ -114,13 +147,53 @@ func eventTime(v any) (int64, error) {
 	case time.Time:
 		return x.UnixMilli(), nil
 	case string:
-		t, err := time.Parse(time.RFC3339Nano, x)
+		// The strings ts_parse reads without a layout, zone-less ones in UTC.
+		ms, err := parseTimestamp(x, time.UTC)
 		if err != nil {
-			return 0, fmt.Errorf("event_time: %q is not an RFC 3339 timestamp (use ts_parse for other layouts)", x)
+			return 0, fmt.Errorf("%w (parse other layouts with ts_parse(field, layout))", err)
 		}
-		return t.UnixMilli(), nil
+		return ms, nil
 	case nil:
-		return 0, errors.New("event_time: the record has no timestamp (the expression returned null)")
+		return 0, errors.New("the record has no timestamp (the expression returned null)")
 	}
-	return 0, fmt.Errorf("event_time: %v (%T) is not a timestamp: return epoch milliseconds, a time or an RFC 3339 string", v, v)
+	return 0, fmt.Errorf("%v (%T) is not a timestamp: return epoch milliseconds, a time or a timestamp string", v, v)
+}
+
+// checkEventTime returns why a compiled event_time expression can never
+// give a time, or nil when it may: a constant is evaluated as a record's
+// result would be, and any other expression is judged by its static type
+// (unknown for record fields, so `ts` always passes).
+func checkEventTime(e *Expr) error {
+	node := e.program.Node()
+	switch node.(type) {
+	case *ast.StringNode, *ast.BoolNode, *ast.NilNode, *ast.IntegerNode, *ast.FloatNode, *ast.ConstantNode:
+		var m VM
+		v, err := m.Eval(e, map[string]any{})
+		if err == nil {
+			err = CheckFinite(v)
+		}
+		if err == nil {
+			_, err = eventTime(v)
+		}
+		return err
+	}
+	t := node.Type()
+	if t == nil {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Interface, reflect.String,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Uint, reflect.Uint8, reflect.Uint16,
+		reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.Float32, reflect.Float64:
+		return nil
+	case reflect.Int64:
+		if t != reflect.TypeFor[time.Duration]() {
+			return nil
+		}
+	case reflect.Struct:
+		if t == reflect.TypeFor[time.Time]() {
+			return nil
+		}
+	}
+	return fmt.Errorf("it returns %s, not a time: return epoch milliseconds, a time or a timestamp string", t)
 }

@@ -2,8 +2,10 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
@@ -149,4 +151,48 @@ func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64
 		}
 	}()
 	return job
+}
+
+// event_time reads the strings ts_parse reads without a layout (a space
+// between date and time, fractional seconds, no zone: UTC). A string that
+// is no timestamp fails the record under the source's on_error: the run
+// fails by default, and under skip the record is dropped and counted.
+func TestEventTimeStrings(t *testing.T) {
+	const text = `
+version: 1
+name: ets
+sources:
+  - id: nums
+    type: seq
+    count: 5
+    event_time: 'n == 3 ? "yesterday" : "2024-05-01 11:59:5" + string(n) + ".414"'
+%s
+steps:
+  - wmlog: true
+sinks:
+  - id: out
+    type: collect
+`
+	t.Run("skip", func(t *testing.T) {
+		plan, cols := load(t, fmt.Sprintf(text, "    on_error: skip"))
+		m := pipeline.NewMetrics()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, pipeline.Run(ctx, plan, pipeline.JobOptions{Metrics: m}))
+		var ts []int64
+		for _, r := range cols["out"].all() {
+			if v, ok := r["ts"]; ok {
+				ts = append(ts, v.(int64))
+			}
+		}
+		base := time.Date(2024, 5, 1, 11, 59, 50, 414e6, time.UTC).UnixMilli()
+		require.Equal(t, []int64{base, base + 1000, base + 2000, base + 4000}, ts)
+		require.Equal(t, map[string]pipeline.ErrorCounts{"nums": {Skipped: 1}}, m.RecordErrorCounts())
+	})
+	t.Run("default is fail", func(t *testing.T) {
+		plan, _ := load(t, fmt.Sprintf(text, ""))
+		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
+		require.ErrorContains(t, err, `record failed in "nums": event_time "n == 3 ? \"yesterday\" : \"2024-05-01 11:59:5\" + string(n) + \".414\"": "yesterday" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))`)
+	})
 }

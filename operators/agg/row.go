@@ -268,6 +268,9 @@ func (r *Row) input(i int, vm *pipeline.VM, fields map[string]any) (any, error) 
 	c := s.c
 	if s.Func == FuncReduce {
 		v, err := c.reduceStep(vm, r.accs[i].v, fields)
+		if err == nil {
+			err = pipeline.CheckFinite(v)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("aggregate %s: %s: %w", s.Name, s.Source, err)
 		}
@@ -281,7 +284,13 @@ func (r *Row) input(i int, vm *pipeline.VM, fields map[string]any) (any, error) 
 		v = fields[c.field]
 	} else {
 		var err error
-		if v, err = vm.Eval(c.arg, fields); err != nil {
+		if v, err = vm.Eval(c.arg, fields); err == nil {
+			// A NaN or infinite result (a division by zero) would poison
+			// the aggregate for the rest of its window or key. A field's
+			// value is taken as it is: steps never compute one.
+			err = pipeline.CheckFinite(v)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("aggregate %s: %s: %w", s.Name, s.Source, err)
 		}
 	}
