@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
-
-	"github.com/eddy-stream/eddy/internal/prefetch"
 )
 
 // The memory backend keeps each state in a table: one group per key group,
@@ -580,57 +578,6 @@ type frozenTable[S any] struct {
 	sorted      []keyedEntry[S] // sortKeyed's room, for appendGroup
 }
 
-// prefetchBatch is the number of entries appendEntries asks the memory of
-// at a time, a stage ahead of where it encodes (prefetchEntries).
-const prefetchBatch = 16
-
-// PrefetchLevels is the number of levels of pointers behind a value that a
-// snapshot's encoder prefetches (Prefetcher).
-const PrefetchLevels = 5
-
-// Prefetcher is implemented by state values whose snapshot encoding reads
-// memory behind pointers (a window's accumulator reads its row, the row its
-// aggregates, an aggregate the string it holds). A snapshot's encoder walks
-// its entries in key order, and each entry's memory is a chain of pointers
-// somewhere in the heap: were it loaded as the encoding reaches it, every
-// link would wait for its cache miss. Instead the encoder asks for the
-// memory of the entries a few batches ahead, one link per batch
-// (package prefetch), so that it arrives while earlier ones are encoded.
-//
-// Prefetch(level) asks for the memory at depth level, from 0 (the value's
-// own object: for a pointer type, what it points to) to PrefetchLevels-1,
-// and may read only the memory of lower levels, which the encoder asked
-// for a batch of entries earlier. It must not write anything, nor fail on
-// a nil value (the encoder calls it for nil values too); at levels deeper
-// than its pointers go it does nothing. It runs where AppendCBOR does.
-// Implement it on pointer types: the encoder converts each value to the
-// interface, which allocates for other types.
-type Prefetcher interface {
-	Prefetch(level int)
-}
-
-// prefetchEntries asks for the memory of batch's entries at stage s: 0 the
-// entries and their keys' bytes, s > 0 level s-1 of their values
-// (Prefetcher; with values that implement it). An entry with several
-// namespaces keeps its slots in an array of their own, which stage 1 then
-// loads.
-func prefetchEntries[S any](batch []keyedEntry[S], s int) {
-	if s == 0 {
-		for i := range batch {
-			e := batch[i].entry()
-			prefetch.Range(unsafe.Pointer(e), unsafe.Sizeof(*e))
-			prefetch.String(batch[i].key())
-		}
-		return
-	}
-	for i := range batch {
-		items := batch[i].entry().items
-		for j := range items {
-			any(items[j].v).(Prefetcher).Prefetch(s - 1)
-		}
-	}
-}
-
 // keyedEntry is an entry of a frozen group with its key, as the encoder
 // sorts and walks them. It holds the addresses of the key's bytes and of
 // the entry, not Go pointers: while the collector marks, every store of a
@@ -656,11 +603,6 @@ func newKeyedEntry[S any](key string, e *keyEntry[S]) keyedEntry[S] {
 // key returns the entry's key, which the group's map keeps alive.
 func (k *keyedEntry[S]) key() string {
 	return unsafe.String((*byte)(addressed(&k.kp)), k.klen)
-}
-
-// prefetchKey asks for the key's first 16 bytes (setPrefixes).
-func (k *keyedEntry[S]) prefetchKey() {
-	prefetch.Range(addressed(&k.kp), uintptr(min(k.klen, 16)))
 }
 
 // entry returns the entry, which the group's map keeps alive.
@@ -695,13 +637,7 @@ func keyPrefix(key string) uint64 {
 func setPrefixes[S any](es, tmp []keyedEntry[S]) {
 	shared := 16
 	f0, f1 := uint64(0), uint64(0)
-	for i := range min(keyReadAhead, len(es)) {
-		es[i].prefetchKey()
-	}
 	for i := range es {
-		if j := i + keyReadAhead; j < len(es) {
-			es[j].prefetchKey()
-		}
 		k := es[i].key()
 		p0, p1 := keyPrefix(k), keyPrefix(k[min(8, len(k)):])
 		es[i].pre, tmp[i].pre = p0, p1
@@ -738,10 +674,6 @@ func setPrefixes[S any](es, tmp []keyedEntry[S]) {
 		}
 	}
 }
-
-// keyReadAhead is how many keys ahead setPrefixes asks for a key's bytes,
-// so that the cache misses of several keys are under way at once.
-const keyReadAhead = 16
 
 // sharedBytes returns the number of leading bytes that two 16-byte key
 // prefixes (a0, a1 and b0, b1, as keyPrefix returns them) have alike; 16
@@ -872,29 +804,10 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		tombs = d.tombs
 	}
 	n, t := 0, 0
-	// Before batch b is encoded, stage s (prefetchEntries) of batch
-	// b+stages-s is asked for: the entries stages batches ahead, their
-	// values' last level one batch ahead.
-	stages := 1
-	if _, ok := any(*new(S)).(Prefetcher); ok {
-		stages += PrefetchLevels
-	}
-	batches := (len(byKey) + prefetchBatch - 1) / prefetchBatch
-	ahead := func(b int) {
-		for s := range stages {
-			if a := b + stages - s; a >= 0 && a < batches {
-				prefetchEntries(byKey[a*prefetchBatch:min((a+1)*prefetchBatch, len(byKey))], s)
-			}
-		}
-	}
-	for b := -stages; b < 0; b++ {
-		ahead(b)
-	}
 	enc.sums.begin(len(dst))
 	for j := range byKey {
-		if j%prefetchBatch == 0 {
-			ahead(j / prefetchBatch)
-			enc.sums.extend(dst) // the batch before, while it is in cache
+		if j%16 == 0 {
+			enc.sums.extend(dst) // the entries before, while they are in cache
 		}
 		k, e := byKey[j].key(), byKey[j].entry()
 		order := enc.order[:0]

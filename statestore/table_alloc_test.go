@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -134,84 +133,6 @@ func TestReleasedSnapshotStopsCopying(t *testing.T) {
 		got, ok := v.Get(k, "")
 		require.True(t, ok)
 		require.Equal(t, want, got, "%s: the live value", k)
-	}
-}
-
-// prefetched is a state value that logs the Prefetch calls of encoders:
-// levels[i] is the number of levels asked for of value i, and seen[i] what
-// levels held for every value when value i was encoded.
-type prefetched struct {
-	i   int
-	log *prefetchLog
-}
-
-type prefetchLog struct {
-	levels []int
-	seen   [][]int
-	wrong  []string
-}
-
-func (p *prefetched) Prefetch(level int) {
-	if p == nil {
-		return
-	}
-	if level != p.log.levels[p.i] || p.log.seen[p.i] != nil {
-		p.log.wrong = append(p.log.wrong, fmt.Sprintf("value %d: level %d after %d levels, encoded %t", p.i, level, p.log.levels[p.i], p.log.seen[p.i] != nil))
-	}
-	p.log.levels[p.i]++
-}
-func (p *prefetched) MarshalCBOR() ([]byte, error) {
-	return p.AppendCBOR(nil)
-}
-func (p *prefetched) AppendCBOR(dst []byte) ([]byte, error) {
-	p.log.seen[p.i] = slices.Clone(p.log.levels)
-	return append(dst, 0x01), nil
-}
-func (p *prefetched) UnmarshalCBOR([]byte) error { return nil }
-
-// TestEncoderPrefetches: a snapshot's encoder asks every value (of every
-// namespace of a key) for each of its PrefetchLevels levels once, in order,
-// ahead of encoding it: when it encodes the keys of batch b of a key group,
-// the values of batch b+1 have all their levels asked for, those of batch
-// b+d (d >= 1) PrefetchLevels+1-d of them, the later ones none.
-func TestEncoderPrefetches(t *testing.T) {
-	b, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
-	require.NoError(t, err)
-	v, err := RegisterValue(b, ValueDescriptor[*prefetched]{Name: "v"})
-	require.NoError(t, err)
-	const keys = (PrefetchLevels+3)*prefetchBatch + 5
-	// Value 2*k of key k in namespace "a"; every third key has a second
-	// namespace, "b", with value 2*k+1.
-	log := &prefetchLog{levels: make([]int, 2*keys), seen: make([][]int, 2*keys)}
-	for k := range keys {
-		v.Put(fmt.Sprintf("k%03d", k), "a", &prefetched{i: 2 * k, log: log})
-		if k%3 == 0 {
-			v.Put(fmt.Sprintf("k%03d", k), "b", &prefetched{i: 2*k + 1, log: log})
-		}
-	}
-	v.Put("nil", "", nil) // encoded as null; Prefetch gets a nil receiver
-	snap, err := b.Snapshot()
-	require.NoError(t, err)
-	_, err = snap.WriteTo(io.Discard)
-	require.NoError(t, err)
-	require.Empty(t, log.wrong)
-	for i := range 2 * keys {
-		if i%2 == 1 && (i/2)%3 != 0 {
-			continue // no such value
-		}
-		require.Equal(t, PrefetchLevels, log.levels[i], "value %d", i)
-		require.NotNil(t, log.seen[i], "value %d was not encoded", i)
-		for j, got := range log.seen[i] {
-			if j%2 == 1 && (j/2)%3 != 0 {
-				continue
-			}
-			d := (j/2)/prefetchBatch - (i/2)/prefetchBatch
-			want := PrefetchLevels
-			if d > 0 {
-				want = min(PrefetchLevels, max(0, PrefetchLevels+1-d))
-			}
-			require.Equal(t, want, got, "levels of value %d when value %d was encoded", j, i)
-		}
 	}
 }
 

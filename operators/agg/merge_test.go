@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -234,28 +233,6 @@ func TestAccsWithOneObject(t *testing.T) {
 			c.row = r
 		}), "%d aggregates: CloneWith", n)
 	}
-}
-
-// TestPrefetch: Prefetch, at every level, on a nil row, an empty one and
-// one holding strings and other values, changes nothing the row encodes.
-func TestPrefetch(t *testing.T) {
-	specs := mustSpecs(t, "n: count()\nl: last(s)\nf: first(x)")
-	r := NewAccs(specs)
-	var vm pipeline.VM
-	prefetchAll := func() {
-		for level := range statestore.PrefetchLevels {
-			(*Row)(nil).Prefetch(level)
-			r.Prefetch(level)
-		}
-	}
-	prefetchAll()
-	require.NoError(t, r.Add(&vm, rec{"s": strings.Repeat("\x01", 3000), "x": 5}))
-	want, err := r.AppendCBOR(nil)
-	require.NoError(t, err)
-	prefetchAll()
-	got, err := r.AppendCBOR(nil)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
 }
 
 // TestHeldValuesOfMixedTypes: min, max, first and last of a field whose
