@@ -619,6 +619,9 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	}
 	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
 	f.byKey = byKey
+	// The scratch must not keep the group's entries alive once it is
+	// encoded (drop, WriteAndRelease).
+	defer clear(byKey)
 	var tombs []deletion
 	if d != nil {
 		tombs = d.tombs
