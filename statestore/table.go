@@ -627,11 +627,7 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		tombs = d.tombs
 	}
 	n, t := 0, 0
-	enc.sums.begin(len(dst))
 	for j := range byKey {
-		if j%16 == 0 {
-			enc.sums.extend(dst) // the entries before, while they are in cache
-		}
 		k, e := byKey[j].key, byKey[j].e
 		order := enc.order[:0]
 		for i := range e.items {
@@ -662,7 +658,6 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	for _, tomb := range tombs[t:] {
 		dst = appendTombstone(dst, tomb.key, tomb.ns)
 	}
-	enc.sums.end(dst)
 	return dst, n + len(tombs), nil
 }
 

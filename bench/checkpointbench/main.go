@@ -933,27 +933,6 @@ func (w *recWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// WriteSummed passes a blob with its checksum on, as the coordinator's
-// writes reach the store's part writer without this wrapper.
-func (w *recWriter) WriteSummed(b []byte, crc uint32) (int, error) {
-	sw, ok := w.PartWriter.(statestore.SummedWriter)
-	if !ok {
-		return w.Write(b)
-	}
-	n, err := sw.WriteSummed(b, crc)
-	w.n += n
-	return n, err
-}
-
-// Room lends the part writer's buffer on, as it is lent without this
-// wrapper.
-func (w *recWriter) Room(n int) []byte {
-	if l, ok := w.PartWriter.(statestore.BufferLender); ok {
-		return l.Room(n)
-	}
-	return make([]byte, 0, n)
-}
-
 func (w *recWriter) Close() error {
 	t0 := time.Now()
 	err := w.PartWriter.Close()
