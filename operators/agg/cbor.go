@@ -8,7 +8,6 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -107,15 +106,15 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 			b = appendFloat(b, a.fs.c)
 			b = statestore.AppendCBORInt(b, a.nf)
 		case FuncCollect:
-			b = statestore.AppendCBORHead(b, majArray, uint64(len(a.ext().list)))
-			for _, v := range a.ext().list {
+			b = statestore.AppendCBORHead(b, majArray, uint64(len(a.ext.list)))
+			for _, v := range a.ext.list {
 				if b, err = appendValue(b, v); err != nil {
 					return dst, err
 				}
 			}
 		case FuncCountDistinct:
-			keys := make([]string, 0, len(a.ext().set))
-			for k := range a.ext().set {
+			keys := make([]string, 0, len(a.ext.set))
+			for k := range a.ext.set {
 				keys = append(keys, k)
 			}
 			slices.Sort(keys)
@@ -123,16 +122,14 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 			for _, k := range keys {
 				b = statestore.AppendCBORHead(b, majBytes, uint64(len(k)))
 				b = append(b, k...)
-				b = statestore.AppendCBORInt(b, *a.ext().set[k])
+				b = statestore.AppendCBORInt(b, *a.ext.set[k])
 			}
 		case FuncReduce:
 			if b, err = appendValue(b, a.v); err != nil {
 				return dst, err
 			}
 		default:
-			if s, ok := a.heldString(); ok {
-				b = appendString(b, s)
-			} else if b, err = appendValue(b, a.v); err != nil {
+			if b, err = appendValue(b, a.v); err != nil {
 				return dst, err
 			}
 		}
@@ -415,7 +412,7 @@ func (d *decoder) acc(f Func, a *acc) error {
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			x.list = append(x.list, d.value())
 		}
-		a.x = unsafe.Pointer(x)
+		a.ext = x
 	case FuncCountDistinct:
 		n := d.array()
 		if n%2 != 0 || n > uint64(len(d.b)) {
@@ -435,11 +432,11 @@ func (d *decoder) acc(f Func, a *acc) error {
 			d.b = d.b[l:]
 			x.mergeKey(k, d.int())
 		}
-		a.x = unsafe.Pointer(x)
+		a.ext = x
 	case FuncReduce:
 		a.v = d.value()
 	default:
-		a.hold(d.value())
+		a.v = d.value()
 	}
 	return d.err
 }

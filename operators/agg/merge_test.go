@@ -238,10 +238,7 @@ func TestAccsWithOneObject(t *testing.T) {
 // TestHeldValuesOfMixedTypes: min, max, first and last of a field whose
 // values are strings, integers, floats and nulls give what compare makes of
 // the values themselves, folded in one row and merged from panes that went
-// through snapshots. A snapshot writes a held string from the bytes the
-// accumulator keeps beside the value (acc.hold), so each row is also read
-// back from its snapshot: a path that changed the value and not those bytes
-// decodes to another string.
+// through snapshots; each row is also read back from its snapshot.
 func TestHeldValuesOfMixedTypes(t *testing.T) {
 	specs := mustSpecs(t, "lo: min(x)\nhi: max(x)\nf: first(x)\nl: last(x)")
 	rng := rand.New(rand.NewPCG(5, 6))
