@@ -188,8 +188,7 @@ type Snapshot interface {
 	// left out.
 	EncodeGroups(fn func(group int, blob []byte) error) error
 	// AppendTo appends every blob of EncodeGroups, back to back, to dst (the
-	// bytes of WriteTo): the cheapest way to encode a snapshot into one
-	// buffer, with no copy when dst has room for it.
+	// bytes of WriteTo).
 	AppendTo(dst []byte) ([]byte, error)
 	// WriteTo writes every blob of EncodeGroups back to back, one Write
 	// each; SplitBlobs splits such a stream again.

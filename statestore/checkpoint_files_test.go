@@ -405,9 +405,9 @@ func TestCheckpointPartFileAbort(t *testing.T) {
 }
 
 // Abort does not wait for a streamed part to be written whole: once it
-// started, the part's next write fails (and Room lends nothing, and Close
-// writes nothing), so an encoder stops at its next blob; Abort returns
-// once the writer closed, and removes the part's file.
+// started, the part's next write fails (and Close writes nothing), so an
+// encoder stops at its next blob; Abort returns once the writer closed,
+// and removes the part's file.
 func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
