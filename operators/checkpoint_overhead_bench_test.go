@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -182,7 +183,7 @@ func BenchmarkCheckpointEncode(b *testing.B) {
 					batch = batch[:0]
 				}
 			}
-			out := &discardLender{}
+			out := io.Discard
 			var n int64
 			for b.Loop() {
 				s, err := backend.Snapshot()

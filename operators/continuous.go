@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"unsafe"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/parser"
@@ -496,18 +495,7 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 	return a.row.AppendCBOR(dst)
 }
 
-// Prefetch asks for what AppendCBOR reads at depth level
-// (statestore.Prefetcher): 0 the aggRow, then its row's levels.
-func (a *aggRow) Prefetch(level int) {
-	if a != nil {
-		agg.PrefetchHeld(unsafe.Pointer(a), unsafe.Sizeof(*a), &a.row, &a.raw, level)
-	}
-}
-
-var (
-	_ statestore.CBORAppender = (*aggRow)(nil)
-	_ statestore.Prefetcher   = (*aggRow)(nil)
-)
+var _ statestore.CBORAppender = (*aggRow)(nil)
 
 // UnmarshalCBOR keeps a restored row's encoding; the operator decodes it
 // against its specs on first use.

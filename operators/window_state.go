@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -119,16 +118,6 @@ func (b *accBox) AppendCBOR(dst []byte) ([]byte, error) {
 	}
 	return statestore.AppendCBORInt(dst, b.maxTime), nil
 }
-
-// Prefetch asks for what AppendCBOR reads at depth level
-// (statestore.Prefetcher): 0 the box, then its row's levels.
-func (b *accBox) Prefetch(level int) {
-	if b != nil {
-		agg.PrefetchHeld(unsafe.Pointer(b), unsafe.Sizeof(*b), &b.row, (*[]byte)(&b.raw), level)
-	}
-}
-
-var _ statestore.Prefetcher = (*accBox)(nil)
 
 // UnmarshalCBOR keeps the row's encoding, a copy, for windowOp.rowOf.
 func (b *accBox) UnmarshalCBOR(data []byte) error {

@@ -45,22 +45,6 @@ func TestAccBoxEncoding(t *testing.T) {
 	}
 }
 
-// TestPrefetchNil: the snapshot encoder calls Prefetch on nil values too,
-// and on boxes that hold a restored encoding instead of a row, at every
-// level; it changes nothing.
-func TestPrefetchNil(t *testing.T) {
-	raw := &accBox{raw: []byte{1, 2, 3}}
-	for level := range statestore.PrefetchLevels + 1 {
-		require.NotPanics(t, func() {
-			(*accBox)(nil).Prefetch(level)
-			(*aggRow)(nil).Prefetch(level)
-			raw.Prefetch(level)
-			(&aggRow{raw: raw.raw}).Prefetch(level)
-		}, "level %d", level)
-	}
-	require.Equal(t, []byte{1, 2, 3}, []byte(raw.raw))
-}
-
 // CheckCBOR accepts exactly what UnmarshalCBOR accepts: over hand-picked
 // encodings and random mutations of a real one.
 func TestAccBoxCheckCBOR(t *testing.T) {

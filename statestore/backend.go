@@ -188,12 +188,10 @@ type Snapshot interface {
 	// left out.
 	EncodeGroups(fn func(group int, blob []byte) error) error
 	// AppendTo appends every blob of EncodeGroups, back to back, to dst (the
-	// bytes of WriteTo): the cheapest way to encode a snapshot into one
-	// buffer, with no copy when dst has room for it.
+	// bytes of WriteTo).
 	AppendTo(dst []byte) ([]byte, error)
 	// WriteTo writes every blob of EncodeGroups back to back, one Write
-	// each (WriteSummed when w is a SummedWriter); SplitBlobs splits such a
-	// stream again.
+	// each; SplitBlobs splits such a stream again.
 	WriteTo(w io.Writer) (int64, error)
 	// WriteAndRelease is WriteTo followed by Release (also on an error),
 	// except that the snapshot lets go of each key group as soon as the
@@ -236,27 +234,4 @@ type DeltaSnapshot interface {
 	// Full makes the snapshot a full one (Base returns 0): the fallback
 	// when the base's part cannot be used. Call it before writing.
 	Full()
-}
-
-// SummedWriter is a writer that keeps a CRC-32C of everything written to it
-// (a checkpoint's PartWriter). A Snapshot's WriteTo hands it each blob with
-// the blob's CRC-32C, which encoding the blob computed anyway, so that the
-// writer combines checksums instead of reading every byte a second time.
-type SummedWriter interface {
-	io.Writer
-	// WriteSummed writes b, whose CRC-32C (Castagnoli) is crc.
-	WriteSummed(b []byte, crc uint32) (int, error)
-}
-
-// BufferLender is a SummedWriter that lends the end of its buffer (a
-// checkpoint's PartWriter): a Snapshot's WriteTo encodes each blob into
-// Room and hands it back with WriteSummed, and the writer writes it from
-// where it lies instead of copying it into its buffer first.
-type BufferLender interface {
-	SummedWriter
-	// Room returns an empty slice with a capacity of at least n bytes at
-	// the end of the writer's buffer. A blob appended to it (within that
-	// capacity) and written next is not copied; one that outgrew it is
-	// copied as any other.
-	Room(n int) []byte
 }

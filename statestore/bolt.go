@@ -818,6 +818,29 @@ type boltSnapshot struct{ s *boltSnap }
 func (o *boltSnapshot) KeyGroupRange() (start, end int) { return o.s.snap.start, o.s.snap.end }
 
 func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
+	return o.encode(func(m *memSnapshot) error { return m.EncodeGroups(fn) })
+}
+
+func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
+	err := o.encode(func(m *memSnapshot) (err error) {
+		dst, err = m.AppendTo(dst)
+		return err
+	})
+	return dst, err
+}
+
+func (o *boltSnapshot) WriteTo(w io.Writer) (n int64, err error) {
+	err = o.encode(func(m *memSnapshot) (err error) {
+		n, err = m.WriteTo(w)
+		return err
+	})
+	return n, err
+}
+
+// encode runs fn on the captured states while the snapshot is open: it
+// does nothing once the snapshot is released, and fails once the backend
+// is closed.
+func (o *boltSnapshot) encode(fn func(*memSnapshot) error) error {
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -827,33 +850,7 @@ func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error
 	case snapClosed:
 		return fmt.Errorf("encode snapshot: %w", ErrClosed)
 	}
-	return s.snap.EncodeGroups(fn)
-}
-
-func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
-	s := o.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case snapReleased:
-		return dst, nil
-	case snapClosed:
-		return dst, fmt.Errorf("encode snapshot: %w", ErrClosed)
-	}
-	return s.snap.AppendTo(dst)
-}
-
-func (o *boltSnapshot) WriteTo(w io.Writer) (int64, error) {
-	s := o.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case snapReleased:
-		return 0, nil
-	case snapClosed:
-		return 0, fmt.Errorf("encode snapshot: %w", ErrClosed)
-	}
-	return s.snap.WriteTo(w)
+	return fn(s.snap)
 }
 
 // Base implements DeltaSnapshot.

@@ -977,8 +977,8 @@ func (f *boltFrozen[S]) name() string { return f.spec.name }
 func (f *boltFrozen[S]) kind() Kind   { return f.spec.kind }
 func (f *boltFrozen[S]) drop(int)     {} // the transaction holds the group, not the heap
 
-func (f *boltFrozen[S]) appendGroup(dst []byte, gi int, now int64, enc *encoder) ([]byte, int, error) {
-	return appendBucketGroup(dst, enc, f.tx, f.spec.name, f.start+gi, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
+func (f *boltFrozen[S]) appendGroup(dst []byte, gi int, now int64, _ *encoder) ([]byte, int, error) {
+	return appendBucketGroup(dst, f.tx, f.spec.name, f.start+gi, func(key []byte, ts int64, v []byte) ([]byte, bool, error) {
 		return f.value(key, ts, v, now)
 	})
 }
@@ -1024,8 +1024,8 @@ func (f *boltFrozenPending) name() string { return f.name_ }
 func (f *boltFrozenPending) kind() Kind   { return f.kind_ }
 func (f *boltFrozenPending) drop(int)     {}
 
-func (f *boltFrozenPending) appendGroup(dst []byte, gi int, _ int64, enc *encoder) ([]byte, int, error) {
-	return appendBucketGroup(dst, enc, f.tx, f.name_, f.start+gi, func(_ []byte, _ int64, v []byte) ([]byte, bool, error) {
+func (f *boltFrozenPending) appendGroup(dst []byte, gi int, _ int64, _ *encoder) ([]byte, int, error) {
+	return appendBucketGroup(dst, f.tx, f.name_, f.start+gi, func(_ []byte, _ int64, v []byte) ([]byte, bool, error) {
 		return v, true, nil
 	})
 }
@@ -1033,9 +1033,8 @@ func (f *boltFrozenPending) appendGroup(dst []byte, gi int, _ int64, enc *encode
 // appendBucketGroup appends the entries of key group group of bucket name
 // to dst, in the order of the records (the snapshot format's); value
 // returns an entry's CBOR, or false to leave it out. It returns dst and the
-// number of entries. enc's checksum spans cover what it appends, summed
-// every sumChunk bytes while they are in cache.
-func appendBucketGroup(dst []byte, enc *encoder, tx *bolt.Tx, name string, group int, value func(key []byte, ts int64, v []byte) ([]byte, bool, error)) ([]byte, int, error) {
+// number of entries.
+func appendBucketGroup(dst []byte, tx *bolt.Tx, name string, group int, value func(key []byte, ts int64, v []byte) ([]byte, bool, error)) ([]byte, int, error) {
 	bkt := tx.Bucket([]byte(name))
 	if bkt == nil {
 		return dst, 0, nil
@@ -1045,7 +1044,6 @@ func appendBucketGroup(dst []byte, enc *encoder, tx *bolt.Tx, name string, group
 	c := bkt.Cursor()
 	n := 0
 	var esc, key []byte
-	enc.sums.begin(len(dst))
 	for k, rec := c.Seek(prefix[:]); k != nil && bytes.HasPrefix(k, prefix[:]); k, rec = c.Next() {
 		e, ns, err := splitKey(k)
 		if err == nil && !bytes.Equal(e, esc) {
@@ -1071,9 +1069,7 @@ func appendBucketGroup(dst []byte, enc *encoder, tx *bolt.Tx, name string, group
 		dst = append(AppendCBORHead(dst, majorText, uint64(len(ns))), ns...)
 		dst = AppendCBORInt(dst, ts)
 		dst = append(dst, raw...)
-		enc.sums.maybeExtend(dst)
 		n++
 	}
-	enc.sums.end(dst)
 	return dst, n, nil
 }

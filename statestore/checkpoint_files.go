@@ -43,8 +43,7 @@ const (
 // cover the file systems that refuse it.
 var useDirectIO = directIOFlag != 0
 
-// partBuffers recycles the PartWriters' buffers (partWriteBuffer bytes,
-// or more where Room grew one).
+// partBuffers recycles the PartWriters' buffers (partWriteBuffer bytes).
 var partBuffers = sync.Pool{New: func() any {
 	b := alignedBuffer(partWriteBuffer)
 	return &b
@@ -231,48 +230,25 @@ func openPartFile(path string) (f *os.File, direct bool, err error) {
 	return f, false, err
 }
 
-// Write appends b to the part's blob.
+// Write appends b to the part's blob and adds it to the part's CRC-32C.
 func (w *PartWriter) Write(b []byte) (int, error) {
-	if err := w.append(b); err != nil {
-		return 0, err
-	}
-	w.crc = crc32.Update(w.crc, crcTable, b)
-	return len(b), nil
-}
-
-// WriteSummed appends b, whose CRC-32C is crc, to the part's blob: the
-// part's checksum is combined from crc, not computed from b again
-// (SummedWriter).
-func (w *PartWriter) WriteSummed(b []byte, crc uint32) (int, error) {
-	if err := w.append(b); err != nil {
-		return 0, err
-	}
-	w.crc = crcCombine(w.crc, crc, len(b))
-	return len(b), nil
-}
-
-// append stores b; the caller adds it to the checksum.
-func (w *PartWriter) append(b []byte) error {
 	if w.done {
-		return fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
+		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
 	}
 	if err := w.check(); err != nil {
-		return err
+		return 0, err
 	}
 	stored, err := w.p.s.faults.Blob(w.p.id, w.name, b)
 	if err == nil {
-		if w.lent(stored) {
-			w.buf = w.buf[:len(w.buf)+len(stored)]
-		} else {
-			err = w.buffer(stored)
-		}
+		err = w.buffer(stored)
 		w.stored += int64(len(stored))
 	}
 	if err != nil {
-		return w.fail(err)
+		return 0, w.fail(err)
 	}
+	w.crc = crc32.Update(w.crc, crcTable, b)
 	w.n += int64(len(b))
-	return nil
+	return len(b), nil
 }
 
 // check returns what ends the part's writes: a failed write, or the
@@ -291,43 +267,6 @@ func (w *PartWriter) check() error {
 func (w *PartWriter) fail(err error) error {
 	w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
 	return w.err
-}
-
-// Room returns an empty slice of capacity n or more at the end of the
-// writer's buffer (BufferLender): a blob appended to it and passed to
-// Write or WriteSummed next is written from there, not copied. To make
-// room it writes the buffer's whole blocks and moves the rest (less than
-// one) to its start, and grows the buffer when n is more than it holds.
-// After a failed write it returns nil, and the next Write returns the
-// error.
-func (w *PartWriter) Room(n int) []byte {
-	if w.done || w.check() != nil {
-		return nil
-	}
-	if cap(w.buf)-len(w.buf) >= n {
-		return w.buf[len(w.buf):len(w.buf)]
-	}
-	if whole := len(w.buf) / directIOAlign * directIOAlign; whole > 0 {
-		if err := w.write(w.buf[:whole]); err != nil {
-			_ = w.fail(err)
-			return nil
-		}
-		w.buf = w.buf[:copy(w.buf, w.buf[whole:])]
-	}
-	if cap(w.buf)-len(w.buf) < n {
-		// Twice what is asked for: a blob that is a little larger than
-		// its estimate then still fits.
-		grown := alignedBuffer((len(w.buf) + 2*n + directIOAlign - 1) / directIOAlign * directIOAlign)
-		w.buf = append(grown, w.buf...)
-	}
-	return w.buf[len(w.buf):len(w.buf)]
-}
-
-// lent reports whether b lies at the start of the buffer's spare room,
-// where Room lent it.
-func (w *PartWriter) lent(b []byte) bool {
-	room := w.buf[len(w.buf):cap(w.buf)]
-	return len(b) > 0 && len(b) <= len(room) && unsafe.SliceData(b) == unsafe.SliceData(room)
 }
 
 // Close appends the checksum, fsyncs the file and records the part; once

@@ -27,7 +27,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // writeFileCheckpoint writes checkpoint id as writeCheckpoint does
 // (requireCheckpoint checks it), streaming the op/ parts to part files in
-// pieces of 700 bytes, every other one with WriteSummed.
+// pieces of 700 bytes.
 func writeFileCheckpoint(t testing.TB, s *statestore.CheckpointStore, id int64) {
 	t.Helper()
 	require.NoError(t, tryFileCheckpoint(s, id))
@@ -55,21 +55,7 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 			return errors.Join(err, p.Abort())
 		}
 		for off := 0; off < len(blob); off += 700 {
-			piece := blob[off:min(off+700, len(blob))]
-			write := w.Write
-			switch off / 700 % 3 {
-			case 1:
-				// With its checksum, as a snapshot's WriteTo hands its
-				// blobs: the part's is combined.
-				write = func(b []byte) (int, error) { return w.WriteSummed(b, crc32.Checksum(b, castagnoli)) }
-			case 2:
-				// Encoded into the writer's buffer, as a snapshot's WriteTo
-				// does with a BufferLender.
-				write = func(b []byte) (int, error) {
-					return w.WriteSummed(append(w.Room(len(b)), b...), crc32.Checksum(b, castagnoli))
-				}
-			}
-			if _, err := write(piece); err != nil {
+			if _, err := w.Write(blob[off:min(off+700, len(blob))]); err != nil {
 				w.Abort()
 				return errors.Join(err, p.Abort())
 			}
@@ -419,9 +405,9 @@ func TestCheckpointPartFileAbort(t *testing.T) {
 }
 
 // Abort does not wait for a streamed part to be written whole: once it
-// started, the part's next write fails (and Room lends nothing, and Close
-// writes nothing), so an encoder stops at its next blob; Abort returns
-// once the writer closed, and removes the part's file.
+// started, the part's next write fails (and Close writes nothing), so an
+// encoder stops at its next blob; Abort returns once the writer closed,
+// and removes the part's file.
 func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
@@ -446,7 +432,6 @@ func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 			runtime.Gosched()
 		}
 		require.ErrorIs(t, err, statestore.ErrCheckpointFinished)
-		require.Nil(t, w.Room(16))
 		require.ErrorIs(t, w.Close(), statestore.ErrCheckpointFinished)
 		require.NoError(t, <-aborted)
 		require.Empty(t, partDirs(t, dir))
@@ -467,19 +452,8 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		require.NoError(t, err)
 		w, err := p.Create("op/big/0")
 		require.NoError(t, err)
-		for i, off, step := 0, 0, 1; off < len(blob); i, off, step = i+1, off+step, step*3+1 {
-			piece := blob[off:min(off+step, len(blob))]
-			if i%2 == 0 {
-				_, err := w.Write(piece)
-				require.NoError(t, err)
-				continue
-			}
-			// Every other piece encoded into the writer's buffer: in the
-			// room asked for, in more room than asked for, or outgrowing
-			// it (then copied), with rooms larger than the buffer too.
-			room := []int{len(piece), 3 * len(piece), len(piece) / 2}[(i/2+1)%3]
-			b := append(w.Room(room), piece...)
-			_, err := w.WriteSummed(b, crc32.Checksum(b, castagnoli))
+		for off, step := 0, 1; off < len(blob); off, step = off+step, step*3+1 {
+			_, err := w.Write(blob[off:min(off+step, len(blob))])
 			require.NoError(t, err)
 		}
 		require.NoError(t, w.Close())
@@ -488,37 +462,6 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(len(blob)+4), st.Size())
 		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
-	})
-}
-
-// Blobs encoded into Room read back as written, whether they fit the room
-// asked for, outgrow the buffer (and are copied), or make it grow.
-func TestCheckpointPartFileRoom(t *testing.T) {
-	forEachIO(t, func(t *testing.T) {
-		s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-		blob := partBlob(1, "op/big/0", 15<<20)
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
-		require.NoError(t, err)
-		w, err := p.Create("op/big/0")
-		require.NoError(t, err)
-		off := 0
-		for _, piece := range []struct{ room, size int }{
-			{1000, 1000},         // fits
-			{10, 6 << 20},        // outgrows the 4 MiB buffer: copied
-			{5 << 20, 5 << 20},   // the buffer grows first
-			{0, 100},             // fits in what is left
-			{1 << 20, 3<<20 - 1}, // outgrows the room asked for, not the buffer
-		} {
-			b := append(w.Room(piece.room), blob[off:off+piece.size]...)
-			_, err := w.WriteSummed(b, crc32.Checksum(b, castagnoli))
-			require.NoError(t, err)
-			off += piece.size
-		}
-		_, err = w.Write(blob[off:])
-		require.NoError(t, err)
-		require.NoError(t, w.Close())
-		require.Nil(t, w.Room(10), "no room after Close")
-		require.True(t, bytes.Equal(blob, completeAndRead(t, s, p, "op/big/0")), "the part reads back as written")
 	})
 }
 

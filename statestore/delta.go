@@ -244,7 +244,7 @@ func (g *mergedGroup) appendTo(dst []byte) []byte {
 			dst = appendText(dst, t.NS)
 		}
 	}
-	dst, _ = endBlob(dst, start, nil)
+	dst = endBlob(dst, start)
 	return dst
 }
 

@@ -83,84 +83,6 @@ const (
 type encoder struct {
 	order []int32
 	val   bytes.Buffer // a value encoded by the cbor package
-	sums  blobSums
-}
-
-// blobSums holds the CRC-32Cs of spans of the blob being appended, taken
-// while the encoder appended them, a batch of entries at a time, so that
-// endBlob combines them (crcCombine) instead of reading those bytes again:
-// by then a large blob has left the processor's caches, and the checksum
-// read it from memory at a third of the speed.
-type blobSums struct {
-	spans []crcSpan // closed, in order, none overlapping
-	open  crcSpan   // the span extend adds to
-}
-
-// crcSpan is the CRC-32C of buf[from:to] of the buffer being appended.
-type crcSpan struct {
-	from, to int
-	crc      uint32
-}
-
-// begin opens a span at offset at.
-func (b *blobSums) begin(at int) { b.open = crcSpan{from: at, to: at} }
-
-// extend adds the bytes appended to the open span since the last extend.
-func (b *blobSums) extend(dst []byte) {
-	b.open.crc = crc32.Update(b.open.crc, crcTable, dst[b.open.to:])
-	b.open.to = len(dst)
-}
-
-// sumChunk is how many appended bytes maybeExtend lets pile up before it
-// sums them: a few pages, which are still in the nearest caches.
-const sumChunk = 16 << 10
-
-// maybeExtend extends the open span once sumChunk bytes or more were
-// appended since the last extend: for encoders that append an entry at a
-// time without batches of their own (the bbolt backend's).
-func (b *blobSums) maybeExtend(dst []byte) {
-	if len(dst)-b.open.to >= sumChunk {
-		b.extend(dst)
-	}
-}
-
-// end extends the open span to the end of dst and closes it.
-func (b *blobSums) end(dst []byte) {
-	b.extend(dst)
-	if b.open.to > b.open.from {
-		b.spans = append(b.spans, b.open)
-	}
-}
-
-// moved shifts the spans at or after pos by d bytes (patchHead moved them).
-func (b *blobSums) moved(pos, d int) {
-	for i := range b.spans {
-		if b.spans[i].from >= pos {
-			b.spans[i].from += d
-			b.spans[i].to += d
-		}
-	}
-}
-
-// truncate forgets the spans that reach past n (the buffer was cut to n).
-func (b *blobSums) truncate(n int) {
-	for len(b.spans) > 0 && b.spans[len(b.spans)-1].to > n {
-		b.spans = b.spans[:len(b.spans)-1]
-	}
-}
-
-// sum returns the CRC-32C of dst[start:], reading only the bytes outside
-// the spans, and forgets the spans.
-func (b *blobSums) sum(dst []byte, start int) uint32 {
-	var crc uint32
-	at := start
-	for _, sp := range b.spans {
-		crc = crc32.Update(crc, crcTable, dst[at:sp.from])
-		crc = crcCombine(crc, sp.crc, sp.to-sp.from)
-		at = sp.to
-	}
-	b.spans = b.spans[:0]
-	return crc32.Update(crc, crcTable, dst[at:])
 }
 
 // AppendCBORHead appends a CBOR item head (major type 0–7, argument n) in
@@ -222,9 +144,8 @@ func appendText(dst []byte, s string) []byte {
 
 // patchHead writes the CBOR head (major, n) at buf[pos:], over the reserved
 // bytes put there before the item's content was appended, and moves that
-// content when the head is shorter or longer than reserved (and the spans
-// of sums over it, unless sums is nil).
-func patchHead(buf []byte, pos, reserved int, major byte, n uint64, sums *blobSums) []byte {
+// content when the head is shorter or longer than reserved.
+func patchHead(buf []byte, pos, reserved int, major byte, n uint64) []byte {
 	var tmp [9]byte
 	h := AppendCBORHead(tmp[:0], major, n)
 	if d := len(h) - reserved; d != 0 {
@@ -234,9 +155,6 @@ func patchHead(buf []byte, pos, reserved int, major byte, n uint64, sums *blobSu
 		}
 		copy(buf[pos+len(h):], buf[pos+reserved:end])
 		buf = buf[:end+d]
-		if sums != nil {
-			sums.moved(pos+reserved, d)
-		}
 	}
 	copy(buf[pos:], h)
 	return buf
@@ -252,19 +170,10 @@ func beginBlob(dst []byte, kg int) []byte {
 }
 
 // endBlob completes the blob that starts at dst[start:] (beginBlob, then
-// the payload): its payload length and checksum, from the spans of sums
-// where not nil. It also returns the CRC-32C of the whole blob, its
-// checksum included (for SummedWriter).
-func endBlob(dst []byte, start int, sums *blobSums) ([]byte, uint32) {
+// the payload): its payload length and checksum.
+func endBlob(dst []byte, start int) []byte {
 	binary.BigEndian.PutUint32(dst[start+12:], uint32(len(dst)-start-blobHeaderSize))
-	var sum uint32
-	if sums != nil {
-		sum = sums.sum(dst, start)
-	} else {
-		sum = crc32.Checksum(dst[start:], crcTable)
-	}
-	dst = binary.BigEndian.AppendUint32(dst, sum)
-	return dst, crc32.Update(sum, crcTable, dst[len(dst)-blobTrailer:])
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crcTable))
 }
 
 // CBORAppender is implemented by state values that append their snapshot

@@ -3,9 +3,7 @@ package statestore
 import (
 	"bytes"
 	"fmt"
-	"hash/crc32"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -13,69 +11,18 @@ import (
 )
 
 // patchHead writes the shortest head over the reserved bytes, moving the
-// content after them left or right, for every head length, and the
-// checksummed span over that content with it (a span before the head stays).
+// content after them left or right, for every head length.
 func TestPatchHead(t *testing.T) {
 	for _, reserved := range []int{1, 3} {
 		for _, n := range []uint64{0, 23, 24, 255, 256, 65535, 65536, math.MaxUint32, math.MaxUint32 + 1} {
 			content := []byte("content after the head")
-			var sums blobSums
-			sums.begin(0)
-			buf := []byte("before")
-			sums.end(buf)
-			buf = append(buf, make([]byte, reserved)...)
-			sums.begin(len(buf))
+			buf := append([]byte("before"), make([]byte, reserved)...)
 			buf = append(buf, content...)
-			sums.end(buf)
-			got := patchHead(buf, len("before"), reserved, majorArray, n, &sums)
+			got := patchHead(buf, len("before"), reserved, majorArray, n)
 			want := append(AppendCBORHead([]byte("before"), majorArray, n), content...)
 			require.Equal(t, want, got, "reserved %d, n %d", reserved, n)
-			require.Len(t, sums.spans, 2)
-			for _, sp := range sums.spans {
-				require.Equal(t, crc32.Checksum(got[sp.from:sp.to], crcTable), sp.crc, "reserved %d, n %d: span %d..%d", reserved, n, sp.from, sp.to)
-			}
-			require.Equal(t, string(content), string(got[sums.spans[1].from:sums.spans[1].to]))
-			require.Equal(t, crc32.Checksum(got, crcTable), sums.sum(got, 0))
 		}
 	}
-}
-
-// blobSums.sum is the CRC-32C of the bytes from start, whatever spans it
-// holds: none, adjacent ones, gaps before, between and after them, empty
-// extends, and spans cut off by truncate.
-func TestBlobSumsMatchChecksum(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 200 {
-		var sums blobSums
-		start := rng.IntN(64)
-		buf := appendRandom(rng, nil, start) // before the blob
-		for range rng.IntN(6) {
-			buf = appendRandom(rng, buf, rng.IntN(40)) // a gap, or none
-			sums.begin(len(buf))
-			for range rng.IntN(4) {
-				buf = appendRandom(rng, buf, rng.IntN(3000))
-				sums.extend(buf)
-			}
-			buf = appendRandom(rng, buf, rng.IntN(100))
-			sums.end(buf)
-			if rng.IntN(5) == 0 {
-				cut := len(buf) - rng.IntN(50)
-				cut = max(cut, start)
-				buf = buf[:cut]
-				sums.truncate(cut)
-			}
-		}
-		buf = appendRandom(rng, buf, rng.IntN(40))
-		require.Equal(t, crc32.Checksum(buf[start:], crcTable), sums.sum(buf, start))
-		require.Empty(t, sums.spans, "sum forgets the spans")
-	}
-}
-
-func appendRandom(rng *rand.Rand, buf []byte, n int) []byte {
-	for range n {
-		buf = append(buf, byte(rng.Uint32()))
-	}
-	return buf
 }
 
 type appenderBox struct{ n int64 }
@@ -126,33 +73,18 @@ func TestValueAppender(t *testing.T) {
 	checkAppender(t, []string{"x", "y"}, nil)
 }
 
-// AppendTo's buffer grows to what the key groups left are estimated to
-// need, from the ones encoded so far, and is left alone while it has room.
-func TestGrowBuffer(t *testing.T) {
-	require.GreaterOrEqual(t, cap(growBuffer(nil, 0, 0, 128)), 64<<10)
-	// 10 of 100 groups took 10 MiB: room for 90 MiB more, and an eighth.
-	used := make([]byte, 10<<20, 10<<20+100)
-	grown := growBuffer(used, len(used), 10, 100)
-	require.GreaterOrEqual(t, cap(grown)-len(grown), 90<<20+(90<<20)/8)
-	require.Equal(t, len(used), len(grown))
-	roomy := make([]byte, 10<<20, 100<<20)
-	require.Equal(t, cap(roomy), cap(growBuffer(roomy, len(roomy), 10, 100)))
-}
-
-// A snapshot's blobs, checksummed from the spans the encoder summed while
-// appending, verify and restore, through every way patchHead moves them: a
-// key group with 70,000 entries in one state (its count outgrows the 3
-// bytes reserved), with 30 states (the states' count outgrows its byte),
-// with a state whose entries all expired (an empty span, the state cut
-// off again), and a delta; with both backends (the bbolt backend sums
-// every sumChunk bytes).
-func TestSnapshotChecksumsFromSpans(t *testing.T) {
+// A snapshot's blobs verify and restore through every way patchHead moves
+// them: a key group with 70,000 entries in one state (its count outgrows
+// the 3 bytes reserved), with 30 states (the states' count outgrows its
+// byte), with a state whose entries all expired (the state cut off again),
+// and a delta; with both backends.
+func TestSnapshotPatchedHeads(t *testing.T) {
 	for _, name := range []string{"memory", "bbolt"} {
-		t.Run(name, func(t *testing.T) { testSnapshotChecksumsFromSpans(t, name) })
+		t.Run(name, func(t *testing.T) { testSnapshotPatchedHeads(t, name) })
 	}
 }
 
-func testSnapshotChecksumsFromSpans(t *testing.T, backend string) {
+func testSnapshotPatchedHeads(t *testing.T, backend string) {
 	now := int64(1_000_000)
 	opts := Options{KeyGroup: func(k string) int { return int(k[0]) % 2 }, KeyGroups: [2]int{0, 2},
 		Clock: func() int64 { return now }, Incremental: true}
@@ -226,7 +158,7 @@ func testSnapshotChecksumsFromSpans(t *testing.T, backend string) {
 		require.Equal(t, v, got, name)
 	}
 
-	// A delta: a tenth of the entries changed (more than sumChunk bytes).
+	// A delta: a tenth of the entries changed.
 	for i := 7; i < 70_000; i += 10 {
 		big.Put(fmt.Sprintf("a%06d", i), "", int64(-i))
 	}

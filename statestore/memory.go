@@ -529,7 +529,6 @@ type blobWriter struct {
 	// cached[i][gi]: service i's cached encoding of group index gi
 	// (timerCache.lookup); nil without a cache.
 	cached [][]cachedTimers
-	crc    uint32 // of the last blob appendGroup appended
 }
 
 func (s *memSnapshot) blobWriter() *blobWriter {
@@ -570,18 +569,16 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		var err error
 		dst, n, err = st.appendGroup(dst, gi, s.now, &w.enc)
 		if err != nil {
-			w.enc.sums.truncate(start)
 			return dst[:start], fmt.Errorf("encode key group %d: %w", s.start+gi, err)
 		}
 		if n == 0 {
 			dst = dst[:mark]
-			w.enc.sums.truncate(mark)
 			continue
 		}
-		dst = patchHead(dst, entriesAt, 3, majorArray, uint64(n), &w.enc.sums)
+		dst = patchHead(dst, entriesAt, 3, majorArray, uint64(n))
 		nStates++
 	}
-	dst = patchHead(dst, statesAt, 1, majorArray, uint64(nStates), &w.enc.sums)
+	dst = patchHead(dst, statesAt, 1, majorArray, uint64(nStates))
 	dst = AppendCBORHead(dst, majorUint, 2)
 	timersAt := len(dst)
 	dst = append(dst, 0) // [* timers]
@@ -625,74 +622,29 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 		}
 	}
 	if nStates == 0 && nTimers == 0 {
-		w.enc.sums.truncate(start)
 		return dst[:start], nil
 	}
-	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers), &w.enc.sums)
-	dst, w.crc = endBlob(dst, start, &w.enc.sums)
+	dst = patchHead(dst, timersAt, 1, majorArray, uint64(nTimers))
+	dst = endBlob(dst, start)
 	return dst, nil
 }
 
+// The four ways to encode a snapshot are one loop, encode.
+
 func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
-	if s.states == nil && s.timers == nil {
-		return nil
-	}
-	w := s.blobWriter()
-	var buf []byte
-	size := 0 // of the last blob: the next one's likely size
-	for gi := 0; gi < s.end-s.start; gi++ {
-		if buf == nil {
-			buf = make([]byte, 0, size+size/4+64)
-		}
-		var err error
-		if buf, err = w.appendGroup(buf, gi); err != nil {
-			return err
-		}
-		if len(buf) == 0 {
-			continue
-		}
-		size = len(buf)
-		if err := fn(s.start+gi, buf); err != nil {
-			return err
-		}
-		buf = nil // fn owns it
-	}
-	return nil
+	return s.encode(false, func(group int, blob []byte) error { return fn(group, bytes.Clone(blob)) })
 }
 
 func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
-	if s.states == nil && s.timers == nil {
-		return dst, nil
+	start := len(dst)
+	err := s.encode(false, func(_ int, blob []byte) error {
+		dst = append(dst, blob...)
+		return nil
+	})
+	if err == nil {
+		s.wrote(int64(len(dst) - start))
 	}
-	w := s.blobWriter()
-	start, groups := len(dst), s.end-s.start
-	for gi := 0; gi < groups; gi++ {
-		dst = growBuffer(dst, len(dst)-start, gi, groups)
-		var err error
-		if dst, err = w.appendGroup(dst, gi); err != nil {
-			return dst, err
-		}
-	}
-	s.wrote(int64(len(dst) - start))
-	return dst, nil
-}
-
-// growBuffer makes room in dst for the key groups still to encode, when it
-// has too little: estimated from the used bytes of the done groups so far
-// (key groups hold about the same share of the keys), plus an eighth. A
-// buffer of unknown size thus grows about once, early, copying one key
-// group's blob rather than everything over and over (append alone grows a
-// large slice by a quarter at a time). A buffer with room (the previous
-// checkpoint's) is left alone.
-func growBuffer(dst []byte, used, done, groups int) []byte {
-	rest := 64 << 10
-	if done > 0 {
-		rest = max(rest, used/done*(groups-done))
-	}
-	if cap(dst)-len(dst) < rest {
-		return slices.Grow(dst, rest+rest/8)
-	}
-	return dst
+	return dst, err
 }
 
 func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) { return s.writeTo(w, false) }
@@ -702,12 +654,28 @@ func (s *memSnapshot) WriteAndRelease(w io.Writer) (int64, error) {
 	return s.writeTo(w, true)
 }
 
-// writeTo implements WriteTo, and with drop WriteAndRelease: each key
-// group is dropped from the snapshot once its blob is encoded, and the
-// timers once they are sorted.
+// writeTo implements WriteTo, and with drop WriteAndRelease.
 func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
+	var total int64
+	err := s.encode(drop, func(_ int, blob []byte) error {
+		n, err := w.Write(blob)
+		total += int64(n)
+		return err
+	})
+	if err == nil {
+		s.wrote(total)
+	}
+	return total, err
+}
+
+// encode calls fn with the blob of every key group that holds state or
+// timers, in key-group order. The blob is valid until fn returns: the next
+// key group's is encoded into the same buffer. With drop (WriteAndRelease)
+// each key group is dropped from the snapshot once its blob is encoded,
+// and the timers once they are sorted.
+func (s *memSnapshot) encode(drop bool, fn func(group int, blob []byte) error) error {
 	if s.states == nil && s.timers == nil {
-		return 0, nil
+		return nil
 	}
 	bw := s.blobWriter()
 	if drop {
@@ -715,20 +683,11 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 			s.timers[i].queues = [2]frozenQueue{} // bw.timers holds what the blobs need
 		}
 	}
-	sw, _ := w.(SummedWriter)
-	lender, _ := w.(BufferLender)
 	var buf []byte
-	var total int64
-	size := 0 // of the last blob: the next one's likely size
 	for gi := 0; gi < s.end-s.start; gi++ {
-		if lender != nil {
-			buf = lender.Room(size + size/4 + 64<<10)
-		} else {
-			buf = buf[:0]
-		}
 		var err error
-		if buf, err = bw.appendGroup(buf, gi); err != nil {
-			return total, err
+		if buf, err = bw.appendGroup(buf[:0], gi); err != nil {
+			return err
 		}
 		if drop {
 			for _, st := range s.states {
@@ -741,18 +700,9 @@ func (s *memSnapshot) writeTo(w io.Writer, drop bool) (int64, error) {
 		if len(buf) == 0 {
 			continue
 		}
-		size = len(buf)
-		var n int
-		if sw != nil {
-			n, err = sw.WriteSummed(buf, bw.crc)
-		} else {
-			n, err = w.Write(buf)
-		}
-		total += int64(n)
-		if err != nil {
-			return total, err
+		if err := fn(s.start+gi, buf); err != nil {
+			return err
 		}
 	}
-	s.wrote(total)
-	return total, nil
+	return nil
 }

@@ -427,43 +427,36 @@ func TestRestoreInPartsAndClearBeforeRegistration(t *testing.T) {
 	})
 }
 
-// summedWriter records what WriteTo hands a SummedWriter.
-type summedWriter struct {
-	buf          bytes.Buffer
-	blobs, plain int
-	badCRC       []int // blobs whose crc is not that of their bytes
+// blobRecorder records the Writes of a snapshot's WriteTo.
+type blobRecorder struct {
+	buf    bytes.Buffer
+	writes int
+	bad    []error // Writes that are not one whole blob
 }
 
-func (w *summedWriter) Write(b []byte) (int, error) {
-	w.plain++
-	return w.buf.Write(b)
-}
-
-func (w *summedWriter) WriteSummed(b []byte, crc uint32) (int, error) {
-	if crc != crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) {
-		w.badCRC = append(w.badCRC, w.blobs)
+func (w *blobRecorder) Write(b []byte) (int, error) {
+	if _, err := statestore.BlobKeyGroup(b); err != nil {
+		w.bad = append(w.bad, err)
 	}
-	w.blobs++
+	w.writes++
 	return w.buf.Write(b)
 }
 
-// WriteTo hands a SummedWriter (a checkpoint's part writer) every blob with
-// its CRC-32C, which the part's checksum is combined from: a wrong one
-// would make the part look corrupt when it is read.
-func TestWriteToSummed(t *testing.T) {
+// WriteTo writes each key group's blob, checksum included, with one Write,
+// and nothing else: SplitBlobs and a part's readers rely on it.
+func TestWriteToOneWritePerBlob(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, o *opener) {
 		b := o.all()
 		filled(t, b, 300)
 		s, err := b.Snapshot()
 		require.NoError(t, err)
-		var w summedWriter
+		var w blobRecorder
 		n, err := s.WriteTo(&w)
 		require.NoError(t, err)
 		s.Release()
 		require.Equal(t, int64(w.buf.Len()), n)
-		require.Zero(t, w.plain, "plain Writes")
-		require.Empty(t, w.badCRC, "blobs with a wrong CRC")
-		require.Equal(t, o.maxPar, w.blobs, "one blob per key group")
+		require.Empty(t, w.bad, "Writes that are not a whole blob")
+		require.Equal(t, o.maxPar, w.writes, "one Write per key group")
 		require.Equal(t, writeSnapshot(t, b), w.buf.Bytes())
 	})
 }

@@ -1,15 +1,10 @@
 package statestore
 
 import (
-	"cmp"
 	"iter"
 	"maps"
-	"math/bits"
 	"slices"
 	"strings"
-	"unsafe"
-
-	"github.com/eddy-stream/eddy/internal/prefetch"
 )
 
 // The memory backend keeps each state in a table: one group per key group,
@@ -577,254 +572,13 @@ type frozenTable[S any] struct {
 	appendValue func(dst []byte, v *S, enc *encoder) ([]byte, error)
 	groups      []*group[S]
 	byKey       []keyedEntry[S] // scratch of appendGroup
-	sorted      []keyedEntry[S] // sortKeyed's room, for appendGroup
-}
-
-// prefetchBatch is the number of entries appendEntries asks the memory of
-// at a time, a stage ahead of where it encodes (prefetchEntries).
-const prefetchBatch = 16
-
-// PrefetchLevels is the number of levels of pointers behind a value that a
-// snapshot's encoder prefetches (Prefetcher).
-const PrefetchLevels = 5
-
-// Prefetcher is implemented by state values whose snapshot encoding reads
-// memory behind pointers (a window's accumulator reads its row, the row its
-// aggregates, an aggregate the string it holds). A snapshot's encoder walks
-// its entries in key order, and each entry's memory is a chain of pointers
-// somewhere in the heap: were it loaded as the encoding reaches it, every
-// link would wait for its cache miss. Instead the encoder asks for the
-// memory of the entries a few batches ahead, one link per batch
-// (package prefetch), so that it arrives while earlier ones are encoded.
-//
-// Prefetch(level) asks for the memory at depth level, from 0 (the value's
-// own object: for a pointer type, what it points to) to PrefetchLevels-1,
-// and may read only the memory of lower levels, which the encoder asked
-// for a batch of entries earlier. It must not write anything, nor fail on
-// a nil value (the encoder calls it for nil values too); at levels deeper
-// than its pointers go it does nothing. It runs where AppendCBOR does.
-// Implement it on pointer types: the encoder converts each value to the
-// interface, which allocates for other types.
-type Prefetcher interface {
-	Prefetch(level int)
-}
-
-// prefetchEntries asks for the memory of batch's entries at stage s: 0 the
-// entries and their keys' bytes, s > 0 level s-1 of their values
-// (Prefetcher; with values that implement it). An entry with several
-// namespaces keeps its slots in an array of their own, which stage 1 then
-// loads.
-func prefetchEntries[S any](batch []keyedEntry[S], s int) {
-	if s == 0 {
-		for i := range batch {
-			e := batch[i].entry()
-			prefetch.Range(unsafe.Pointer(e), unsafe.Sizeof(*e))
-			prefetch.String(batch[i].key())
-		}
-		return
-	}
-	for i := range batch {
-		items := batch[i].entry().items
-		for j := range items {
-			any(items[j].v).(Prefetcher).Prefetch(s - 1)
-		}
-	}
 }
 
 // keyedEntry is an entry of a frozen group with its key, as the encoder
-// sorts and walks them. It holds the addresses of the key's bytes and of
-// the entry, not Go pointers: while the collector marks, every store of a
-// pointer into memory runs a write barrier, and a key group's entries are
-// collected from its map, moved by each pass of the radix sort and copied
-// back (with pointers, the barriers took 4–13% of the encoding's CPU in the
-// pipeline: docs/checkpoints.md, "Key groups sorted without write
-// barriers"). The frozen group's map, which the encoder holds until the
-// group is encoded, keeps both objects alive and is never written (a
-// write copies the group first), and Go's collector does not move objects.
+// sorts and walks them.
 type keyedEntry[S any] struct {
-	pre  uint64 // keyPrefix of the key after the bytes its group's keys share (sortKeyed)
-	kp   uintptr
-	klen int
-	ep   uintptr
-}
-
-func newKeyedEntry[S any](key string, e *keyEntry[S]) keyedEntry[S] {
-	return keyedEntry[S]{kp: uintptr(unsafe.Pointer(unsafe.StringData(key))), klen: len(key),
-		ep: uintptr(unsafe.Pointer(e))}
-}
-
-// key returns the entry's key, which the group's map keeps alive.
-func (k *keyedEntry[S]) key() string {
-	return unsafe.String((*byte)(addressed(&k.kp)), k.klen)
-}
-
-// prefetchKey asks for the key's first 16 bytes (setPrefixes).
-func (k *keyedEntry[S]) prefetchKey() {
-	prefetch.Range(addressed(&k.kp), uintptr(min(k.klen, 16)))
-}
-
-// entry returns the entry, which the group's map keeps alive.
-func (k *keyedEntry[S]) entry() *keyEntry[S] { return (*keyEntry[S])(addressed(&k.ep)) }
-
-// addressed returns the pointer whose address a holds. The object must be
-// kept alive by a pointer elsewhere (keyedEntry).
-func addressed(a *uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(a)) }
-
-// keyPrefix returns the first 8 bytes of key as a big-endian number, zeros
-// after a shorter key's end: a < b when keyPrefix(a) < keyPrefix(b), and
-// only equal prefixes need the keys compared (sortKeyed).
-func keyPrefix(key string) uint64 {
-	if len(key) >= 8 {
-		_ = key[7]
-		return uint64(key[0])<<56 | uint64(key[1])<<48 | uint64(key[2])<<40 | uint64(key[3])<<32 |
-			uint64(key[4])<<24 | uint64(key[5])<<16 | uint64(key[6])<<8 | uint64(key[7])
-	}
-	var p uint64
-	for i := range len(key) {
-		p |= uint64(key[i]) << (56 - 8*i)
-	}
-	return p
-}
-
-// setPrefixes sets each entry's pre to keyPrefix of its key after the
-// bytes all the keys share. Each key's bytes are a cache miss of their own
-// (they lie wherever the key was allocated), so it reads each key once,
-// its first 16 bytes, keeping the second 8 in tmp[i].pre meanwhile, which
-// is enough when the keys share at most 8 bytes (a type tag and the high
-// zero bytes of small numbers); keys that share more are read again.
-func setPrefixes[S any](es, tmp []keyedEntry[S]) {
-	shared := 16
-	f0, f1 := uint64(0), uint64(0)
-	for i := range min(keyReadAhead, len(es)) {
-		es[i].prefetchKey()
-	}
-	for i := range es {
-		if j := i + keyReadAhead; j < len(es) {
-			es[j].prefetchKey()
-		}
-		k := es[i].key()
-		p0, p1 := keyPrefix(k), keyPrefix(k[min(8, len(k)):])
-		es[i].pre, tmp[i].pre = p0, p1
-		if i == 0 {
-			f0, f1 = p0, p1
-		}
-		shared = min(shared, len(k), sharedBytes(p0, p1, f0, f1))
-	}
-	switch {
-	case shared == 0:
-	case shared < 8:
-		for i := range es {
-			es[i].pre = es[i].pre<<(8*shared) | tmp[i].pre>>(64-8*shared)
-		}
-	case shared == 8:
-		for i := range es {
-			es[i].pre = tmp[i].pre
-		}
-	default:
-		// Every key shares more than 8 bytes with the first: compare from there.
-		first := es[0].key()
-		all := len(first)
-		for i := 1; i < len(es); i++ {
-			k := es[i].key()
-			n := min(all, len(k))
-			j := 8
-			for j < n && k[j] == first[j] {
-				j++
-			}
-			all = j
-		}
-		for i := range es {
-			es[i].pre = keyPrefix(es[i].key()[all:])
-		}
-	}
-}
-
-// keyReadAhead is how many keys ahead setPrefixes asks for a key's bytes,
-// so that the cache misses of several keys are under way at once.
-const keyReadAhead = 16
-
-// sharedBytes returns the number of leading bytes that two 16-byte key
-// prefixes (a0, a1 and b0, b1, as keyPrefix returns them) have alike; 16
-// when they are equal.
-func sharedBytes(a0, a1, b0, b1 uint64) int {
-	if x := a0 ^ b0; x != 0 {
-		return bits.LeadingZeros64(x) / 8
-	}
-	return 8 + bits.LeadingZeros64(a1^b1)/8
-}
-
-// compareKeyed orders entries by key, given prefixes (pre) taken at the
-// same offset of keys that share the bytes before it.
-func compareKeyed[S any](a, b keyedEntry[S]) int {
-	if c := cmp.Compare(a.pre, b.pre); c != 0 {
-		return c
-	}
-	return strings.Compare(a.key(), b.key())
-}
-
-// radixSortMin is the number of entries from which sortKeyed sorts with a
-// radix sort; fewer are sorted by comparison.
-const radixSortMin = 256
-
-// sortKeyed sorts es by key, using scratch (returned, perhaps grown, for
-// the next call) as room. It sets each entry's pre to the 8 bytes of its
-// key that follow the prefix all the keys share, so that keys that begin
-// alike (a type tag and the high zero bytes of small numbers, or
-// "sensor-00") still differ there, sorts on pre with a radix sort (a pass
-// per byte, skipping the bytes all entries have alike), and compares whole
-// keys only where pre is equal. A comparison sort on pre costs about 13
-// comparisons per entry at 7,700 entries a key group.
-func sortKeyed[S any](es, scratch []keyedEntry[S]) []keyedEntry[S] {
-	if len(es) < 2 {
-		return scratch
-	}
-	if cap(scratch) < len(es) {
-		scratch = make([]keyedEntry[S], len(es))
-	}
-	setPrefixes(es, scratch[:len(es)])
-	if len(es) < radixSortMin {
-		slices.SortFunc(es, compareKeyed[S])
-		return scratch
-	}
-	var counts [8][256]int
-	for i := range es {
-		p := es[i].pre
-		for b := range 8 {
-			counts[b][byte(p>>(8*b))]++
-		}
-	}
-	src, dst := es, scratch[:len(es)]
-	for b := range 8 {
-		c := &counts[b]
-		if c[byte(src[0].pre>>(8*b))] == len(src) {
-			continue // every entry has this byte alike
-		}
-		at := 0
-		for v := range c {
-			at, c[v] = at+c[v], at
-		}
-		for i := range src {
-			v := byte(src[i].pre >> (8 * b))
-			dst[c[v]] = src[i]
-			c[v]++
-		}
-		src, dst = dst, src
-	}
-	if &src[0] != &es[0] {
-		copy(es, src)
-	}
-	// Entries with equal prefixes, in the order they came in: by key.
-	for i := 0; i < len(es); {
-		j := i + 1
-		for j < len(es) && es[j].pre == es[i].pre {
-			j++
-		}
-		if j-i > 1 {
-			slices.SortFunc(es[i:j], compareKeyed[S])
-		}
-		i = j
-	}
-	return scratch
+	key string
+	e   *keyEntry[S]
 }
 
 func (f *frozenTable[S]) name() string { return f.spec.name }
@@ -859,44 +613,22 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	// The entries with their keys, so that each is looked up once.
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
-		byKey = append(byKey, newKeyedEntry(k, e))
+		if d == nil || e.mod > d.since {
+			byKey = append(byKey, keyedEntry[S]{key: k, e: e})
+		}
 	}
-	if d != nil {
-		// A loop of its own: the entries' reads overlap.
-		byKey = slices.DeleteFunc(byKey, func(ke keyedEntry[S]) bool { return ke.entry().mod <= d.since })
-	}
-	f.sorted = sortKeyed(byKey, f.sorted)
+	slices.SortFunc(byKey, func(a, b keyedEntry[S]) int { return strings.Compare(a.key, b.key) })
 	f.byKey = byKey
+	// The scratch must not keep the group's entries alive once it is
+	// encoded (drop, WriteAndRelease).
+	defer clear(byKey)
 	var tombs []deletion
 	if d != nil {
 		tombs = d.tombs
 	}
 	n, t := 0, 0
-	// Before batch b is encoded, stage s (prefetchEntries) of batch
-	// b+stages-s is asked for: the entries stages batches ahead, their
-	// values' last level one batch ahead.
-	stages := 1
-	if _, ok := any(*new(S)).(Prefetcher); ok {
-		stages += PrefetchLevels
-	}
-	batches := (len(byKey) + prefetchBatch - 1) / prefetchBatch
-	ahead := func(b int) {
-		for s := range stages {
-			if a := b + stages - s; a >= 0 && a < batches {
-				prefetchEntries(byKey[a*prefetchBatch:min((a+1)*prefetchBatch, len(byKey))], s)
-			}
-		}
-	}
-	for b := -stages; b < 0; b++ {
-		ahead(b)
-	}
-	enc.sums.begin(len(dst))
 	for j := range byKey {
-		if j%prefetchBatch == 0 {
-			ahead(j / prefetchBatch)
-			enc.sums.extend(dst) // the batch before, while it is in cache
-		}
-		k, e := byKey[j].key(), byKey[j].entry()
+		k, e := byKey[j].key, byKey[j].e
 		order := enc.order[:0]
 		for i := range e.items {
 			order = append(order, int32(i))
@@ -926,7 +658,6 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	for _, tomb := range tombs[t:] {
 		dst = appendTombstone(dst, tomb.key, tomb.ns)
 	}
-	enc.sums.end(dst)
 	return dst, n + len(tombs), nil
 }
 

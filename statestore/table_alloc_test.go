@@ -2,10 +2,6 @@ package statestore
 
 import (
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -137,84 +133,6 @@ func TestReleasedSnapshotStopsCopying(t *testing.T) {
 	}
 }
 
-// prefetched is a state value that logs the Prefetch calls of encoders:
-// levels[i] is the number of levels asked for of value i, and seen[i] what
-// levels held for every value when value i was encoded.
-type prefetched struct {
-	i   int
-	log *prefetchLog
-}
-
-type prefetchLog struct {
-	levels []int
-	seen   [][]int
-	wrong  []string
-}
-
-func (p *prefetched) Prefetch(level int) {
-	if p == nil {
-		return
-	}
-	if level != p.log.levels[p.i] || p.log.seen[p.i] != nil {
-		p.log.wrong = append(p.log.wrong, fmt.Sprintf("value %d: level %d after %d levels, encoded %t", p.i, level, p.log.levels[p.i], p.log.seen[p.i] != nil))
-	}
-	p.log.levels[p.i]++
-}
-func (p *prefetched) MarshalCBOR() ([]byte, error) {
-	return p.AppendCBOR(nil)
-}
-func (p *prefetched) AppendCBOR(dst []byte) ([]byte, error) {
-	p.log.seen[p.i] = slices.Clone(p.log.levels)
-	return append(dst, 0x01), nil
-}
-func (p *prefetched) UnmarshalCBOR([]byte) error { return nil }
-
-// TestEncoderPrefetches: a snapshot's encoder asks every value (of every
-// namespace of a key) for each of its PrefetchLevels levels once, in order,
-// ahead of encoding it: when it encodes the keys of batch b of a key group,
-// the values of batch b+1 have all their levels asked for, those of batch
-// b+d (d >= 1) PrefetchLevels+1-d of them, the later ones none.
-func TestEncoderPrefetches(t *testing.T) {
-	b, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
-	require.NoError(t, err)
-	v, err := RegisterValue(b, ValueDescriptor[*prefetched]{Name: "v"})
-	require.NoError(t, err)
-	const keys = (PrefetchLevels+3)*prefetchBatch + 5
-	// Value 2*k of key k in namespace "a"; every third key has a second
-	// namespace, "b", with value 2*k+1.
-	log := &prefetchLog{levels: make([]int, 2*keys), seen: make([][]int, 2*keys)}
-	for k := range keys {
-		v.Put(fmt.Sprintf("k%03d", k), "a", &prefetched{i: 2 * k, log: log})
-		if k%3 == 0 {
-			v.Put(fmt.Sprintf("k%03d", k), "b", &prefetched{i: 2*k + 1, log: log})
-		}
-	}
-	v.Put("nil", "", nil) // encoded as null; Prefetch gets a nil receiver
-	snap, err := b.Snapshot()
-	require.NoError(t, err)
-	_, err = snap.WriteTo(io.Discard)
-	require.NoError(t, err)
-	require.Empty(t, log.wrong)
-	for i := range 2 * keys {
-		if i%2 == 1 && (i/2)%3 != 0 {
-			continue // no such value
-		}
-		require.Equal(t, PrefetchLevels, log.levels[i], "value %d", i)
-		require.NotNil(t, log.seen[i], "value %d was not encoded", i)
-		for j, got := range log.seen[i] {
-			if j%2 == 1 && (j/2)%3 != 0 {
-				continue
-			}
-			d := (j/2)/prefetchBatch - (i/2)/prefetchBatch
-			want := PrefetchLevels
-			if d > 0 {
-				want = min(PrefetchLevels, max(0, PrefetchLevels+1-d))
-			}
-			require.Equal(t, want, got, "levels of value %d when value %d was encoded", j, i)
-		}
-	}
-}
-
 // TestEntryMovesOutOfOne: a second namespace moves the slots to an array of
 // their own, and the entry's inline slot keeps nothing alive.
 func TestEntryMovesOutOfOne(t *testing.T) {
@@ -227,82 +145,4 @@ func TestEntryMovesOutOfOne(t *testing.T) {
 	require.Nil(t, e.one[0].v)
 	require.Same(t, &a, e.items[e.find("a")].v)
 	require.Same(t, &b, e.items[e.find("b")].v)
-}
-
-// TestKeyPrefixOrder: the encoder's sort by key prefix, then key, orders
-// keys as bytes do, for keys shorter and longer than the prefix, with zero
-// and 0xff bytes, and keys that are prefixes of each other.
-func TestKeyPrefixOrder(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	alphabet := []byte{0, 1, 'a', 0xff}
-	key := func() string {
-		b := make([]byte, r.IntN(13))
-		for i := range b {
-			b[i] = alphabet[r.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	sign := func(c int) int { return min(max(c, -1), 1) }
-	for range 200_000 {
-		a, b := key(), key()
-		ka, kb := newKeyedEntry[int](a, nil), newKeyedEntry[int](b, nil)
-		ka.pre, kb.pre = keyPrefix(a), keyPrefix(b)
-		require.Equal(t, strings.Compare(a, b), sign(compareKeyed(ka, kb)), "%q against %q", a, b)
-	}
-}
-
-// TestSortKeyed: sortKeyed orders entries as their keys' bytes do, with
-// each entry's value moving with its key, for sets below and above the
-// radix sort's size, keys that share long prefixes or none, keys that
-// are prefixes of each other, and many keys with equal prefixes.
-func TestSortKeyed(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	randomKey := func(alphabet []byte, maxLen int) string {
-		b := make([]byte, r.IntN(maxLen+1))
-		for i := range b {
-			b[i] = alphabet[r.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	gens := map[string]func(i int) string{
-		"random bytes": func(int) string { return randomKey([]byte{0, 1, 'a', 0xff}, 13) },
-		"shared prefix": func(int) string {
-			return "sensor-" + randomKey([]byte{0, '0', '1', 0xff}, 11)
-		},
-		"int keys": func(i int) string { // pipeline.EncodeKey of small ints
-			return string([]byte{3, 0, 0, 0, 0, 0, byte(i >> 16), byte(i >> 8), byte(i)})
-		},
-		"prefixes of each other": func(i int) string { return strings.Repeat("\x00", i%40) + strings.Repeat("x", i/40) },
-		"equal first 8 bytes":    func(int) string { return "\x01\x02\x03\x04\x05\x06\x07\x08" + randomKey([]byte{0, 7, 0xff}, 4) },
-		"equal first 9 bytes":    func(int) string { return "\x01\x02\x03\x04\x05\x06\x07\x08\x09" + randomKey([]byte{0, 7, 0xff}, 9) },
-		"equal first 20 bytes":   func(int) string { return strings.Repeat("k", 20) + randomKey([]byte{0, 7, 0xff}, 9) },
-	}
-	var scratch []keyedEntry[int]
-	for name, gen := range gens {
-		for _, n := range []int{0, 1, 2, 3, 50, radixSortMin - 1, radixSortMin, 1000, 7700} {
-			// owner keeps the keys and entries alive, as a group's map does.
-			owner := map[*keyEntry[int]]string{}
-			seen := map[string]bool{}
-			var es []keyedEntry[int]
-			var want []string
-			for i := 0; len(es) < n && i < 50*n; i++ {
-				k := gen(i)
-				if seen[k] {
-					continue
-				}
-				seen[k] = true
-				e := &keyEntry[int]{items: make([]slot[int], 1)}
-				owner[e] = k
-				es = append(es, newKeyedEntry(k, e))
-				want = append(want, k)
-			}
-			slices.Sort(want)
-			scratch = sortKeyed(es, scratch)
-			require.Len(t, es, len(want))
-			for i := range es {
-				require.Equal(t, want[i], es[i].key(), "%s, %d keys: entry %d", name, n, i)
-				require.Equal(t, es[i].key(), owner[es[i].entry()], "%s, %d keys: the value moved with its key", name, n)
-			}
-		}
-	}
 }

@@ -127,8 +127,8 @@ var sink *Row
 
 // BenchmarkRowResults is what a continuous aggregate does for each record it
 // emits: a row's results into a reused map. A string that min, max, first
-// or last hold is returned as the interface it came in (acc.hold keeps it
-// beside its bytes), so neither case allocates.
+// or last hold is returned as the interface it came in, so neither case
+// allocates.
 func BenchmarkRowResults(b *testing.B) {
 	for _, text := range []string{"n: count()\nhi: max(temp)", "n: count()\nhi: max(temp)\nl: last(id)"} {
 		specs := mustSpecs(b, text)

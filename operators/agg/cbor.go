@@ -8,11 +8,9 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 
-	"github.com/eddy-stream/eddy/internal/prefetch"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -108,15 +106,15 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 			b = appendFloat(b, a.fs.c)
 			b = statestore.AppendCBORInt(b, a.nf)
 		case FuncCollect:
-			b = statestore.AppendCBORHead(b, majArray, uint64(len(a.ext().list)))
-			for _, v := range a.ext().list {
+			b = statestore.AppendCBORHead(b, majArray, uint64(len(a.ext.list)))
+			for _, v := range a.ext.list {
 				if b, err = appendValue(b, v); err != nil {
 					return dst, err
 				}
 			}
 		case FuncCountDistinct:
-			keys := make([]string, 0, len(a.ext().set))
-			for k := range a.ext().set {
+			keys := make([]string, 0, len(a.ext.set))
+			for k := range a.ext.set {
 				keys = append(keys, k)
 			}
 			slices.Sort(keys)
@@ -124,75 +122,19 @@ func (r *Row) AppendCBOR(dst []byte) ([]byte, error) {
 			for _, k := range keys {
 				b = statestore.AppendCBORHead(b, majBytes, uint64(len(k)))
 				b = append(b, k...)
-				b = statestore.AppendCBORInt(b, *a.ext().set[k])
+				b = statestore.AppendCBORInt(b, *a.ext.set[k])
 			}
 		case FuncReduce:
 			if b, err = appendValue(b, a.v); err != nil {
 				return dst, err
 			}
 		default:
-			if s, ok := a.heldString(); ok {
-				b = appendString(b, s)
-			} else if b, err = appendValue(b, a.v); err != nil {
+			if b, err = appendValue(b, a.v); err != nil {
 				return dst, err
 			}
 		}
 	}
 	return b, nil
-}
-
-// Prefetch asks for the memory that AppendCBOR reads at depth level of
-// the row's pointers (statestore.Prefetcher): 0 the row, 1 its aggregates,
-// 2 the headers of the strings that reduce accumulators hold, 3 the bytes
-// of the strings they all hold (min, max, first and last reach theirs
-// without the header: acc.hold). It reads only the memory of lower levels;
-// r may be nil.
-func (r *Row) Prefetch(level int) {
-	if r == nil {
-		return
-	}
-	switch level {
-	case 0:
-		prefetch.Range(unsafe.Pointer(r), unsafe.Sizeof(*r))
-	case 1:
-		if len(r.accs) > 0 {
-			prefetch.Range(unsafe.Pointer(&r.accs[0]), uintptr(len(r.accs))*unsafe.Sizeof(r.accs[0]))
-		}
-	case 2:
-		for i := range r.accs {
-			if _, ok := r.accs[i].v.(string); ok && r.specs[i].Func == FuncReduce {
-				prefetch.Iface(&r.accs[i].v)
-			}
-		}
-	case 3:
-		for i := range r.accs {
-			a := &r.accs[i]
-			if r.specs[i].Func != FuncReduce {
-				if s, ok := a.heldString(); ok {
-					prefetch.String(s)
-				}
-			} else if s, ok := a.v.(string); ok {
-				prefetch.String(s)
-			}
-		}
-	}
-}
-
-// PrefetchHeld is the Prefetch of a state value that holds a row in the
-// field at r, or before its first use a restored row's encoding in the
-// field at raw: level 0 asks for the value's own size bytes at holder, the
-// next levels for the row's levels, or level 1 for raw. The fields are
-// passed by address because level 0 must not read them: the value is not
-// in the cache yet, and a load would wait for it.
-func PrefetchHeld(holder unsafe.Pointer, size uintptr, r **Row, raw *[]byte, level int) {
-	switch {
-	case level == 0:
-		prefetch.Range(holder, size)
-	case *r != nil:
-		(*r).Prefetch(level - 1)
-	case level == 1:
-		prefetch.Range(unsafe.Pointer(unsafe.SliceData(*raw)), uintptr(len(*raw)))
-	}
 }
 
 func appendString(b []byte, s string) []byte {
@@ -470,7 +412,7 @@ func (d *decoder) acc(f Func, a *acc) error {
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			x.list = append(x.list, d.value())
 		}
-		a.x = unsafe.Pointer(x)
+		a.ext = x
 	case FuncCountDistinct:
 		n := d.array()
 		if n%2 != 0 || n > uint64(len(d.b)) {
@@ -490,11 +432,11 @@ func (d *decoder) acc(f Func, a *acc) error {
 			d.b = d.b[l:]
 			x.mergeKey(k, d.int())
 		}
-		a.x = unsafe.Pointer(x)
+		a.ext = x
 	case FuncReduce:
 		a.v = d.value()
 	default:
-		a.hold(d.value())
+		a.v = d.value()
 	}
 	return d.err
 }

@@ -18,6 +18,5 @@
 // subtasks.
 //
 // agg imports pipeline (expressions, field errors), statestore (the CBOR
-// helpers of its snapshot encoding) and internal/prefetch, and no other
-// eddy package; operators and the runtime import agg, never the reverse.
+// helpers of its snapshot encoding), and no other eddy package; operators and the runtime import agg, never the reverse.
 package agg

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -236,35 +235,10 @@ func TestAccsWithOneObject(t *testing.T) {
 	}
 }
 
-// TestPrefetch: Prefetch, at every level, on a nil row, an empty one and
-// one holding strings and other values, changes nothing the row encodes.
-func TestPrefetch(t *testing.T) {
-	specs := mustSpecs(t, "n: count()\nl: last(s)\nf: first(x)")
-	r := NewAccs(specs)
-	var vm pipeline.VM
-	prefetchAll := func() {
-		for level := range statestore.PrefetchLevels {
-			(*Row)(nil).Prefetch(level)
-			r.Prefetch(level)
-		}
-	}
-	prefetchAll()
-	require.NoError(t, r.Add(&vm, rec{"s": strings.Repeat("\x01", 3000), "x": 5}))
-	want, err := r.AppendCBOR(nil)
-	require.NoError(t, err)
-	prefetchAll()
-	got, err := r.AppendCBOR(nil)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
-
 // TestHeldValuesOfMixedTypes: min, max, first and last of a field whose
 // values are strings, integers, floats and nulls give what compare makes of
 // the values themselves, folded in one row and merged from panes that went
-// through snapshots. A snapshot writes a held string from the bytes the
-// accumulator keeps beside the value (acc.hold), so each row is also read
-// back from its snapshot: a path that changed the value and not those bytes
-// decodes to another string.
+// through snapshots; each row is also read back from its snapshot.
 func TestHeldValuesOfMixedTypes(t *testing.T) {
 	specs := mustSpecs(t, "lo: min(x)\nhi: max(x)\nf: first(x)\nl: last(x)")
 	rng := rand.New(rand.NewPCG(5, 6))

@@ -3,7 +3,6 @@ package agg
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -30,38 +29,9 @@ type acc struct {
 	n   int64
 	sum int128 // sum, avg: the integer inputs, exactly
 	fs  kahan  // sum, avg: the float inputs
-	nf  int64  // sum, avg: how many of the n inputs were floats; min, max, first, last: a string value's length
+	nf  int64  // sum, avg: how many of the n inputs were floats
 	v   any    // min, max, first, last: the value; reduce: the accumulator
-	// x is collect's and count_distinct's *extra (ext), and for min, max,
-	// first and last holding a string that string's bytes (hold).
-	x unsafe.Pointer
-}
-
-// ext returns the list or set of collect or count_distinct.
-func (a *acc) ext() *extra { return (*extra)(a.x) }
-
-// hold makes v the value of min, max, first or last. A string's bytes are
-// also kept in x and its length in nf: an interface holding a string points
-// to the string's header, an object of its own somewhere on the heap, and a
-// snapshot's encoder that read the bytes through it would wait for a cache
-// miss more for every row (heldString).
-func (a *acc) hold(v any) {
-	a.v, a.x, a.nf = v, nil, 0
-	if s, ok := v.(string); ok {
-		a.x, a.nf = unsafe.Pointer(unsafe.StringData(s)), int64(len(s))
-	}
-}
-
-// holdFrom makes o's value a's (min, max, first, last).
-func (a *acc) holdFrom(o *acc) { a.v, a.x, a.nf = o.v, o.x, o.nf }
-
-// heldString returns the string that min, max, first or last hold, read
-// through x without the interface's header, and whether they hold one.
-func (a *acc) heldString() (string, bool) {
-	if _, ok := a.v.(string); !ok {
-		return "", false
-	}
-	return unsafe.String((*byte)(a.x), a.nf), true
+	ext *extra // collect, count_distinct: the list or set
 }
 
 type extra struct {
@@ -176,7 +146,7 @@ func (r *Row) cloneInto(c *Row) {
 		if f := r.specs[i].Func; f != FuncCollect && f != FuncCountDistinct {
 			continue
 		}
-		x := c.accs[i].ext()
+		x := c.accs[i].ext
 		if x == nil {
 			continue
 		}
@@ -188,7 +158,7 @@ func (r *Row) cloneInto(c *Row) {
 				nx.set[k] = &n
 			}
 		}
-		c.accs[i].x = unsafe.Pointer(nx)
+		c.accs[i].ext = nx
 	}
 }
 
@@ -198,7 +168,7 @@ func (r *Row) Reset() {
 	r.rows = 0
 	for i := range r.accs {
 		a := &r.accs[i]
-		x := a.x
+		x := a.ext
 		*a = acc{}
 		switch r.specs[i].Func {
 		case FuncReduce:
@@ -206,20 +176,20 @@ func (r *Row) Reset() {
 				a.v = r.specs[i].c.init
 			}
 		case FuncCollect:
-			if x := (*extra)(x); x != nil {
+			if x != nil {
 				clear(x.list)
 				x.list = x.list[:0]
-				a.x = unsafe.Pointer(x)
+				a.ext = x
 			} else {
-				a.x = unsafe.Pointer(&extra{})
+				a.ext = &extra{}
 			}
 		case FuncCountDistinct:
-			if x := (*extra)(x); x != nil {
+			if x != nil {
 				clear(x.set)
 				x.pos = 0
-				a.x = unsafe.Pointer(x)
+				a.ext = x
 			} else {
-				a.x = unsafe.Pointer(&extra{set: map[string]*int64{}})
+				a.ext = &extra{set: map[string]*int64{}}
 			}
 		}
 	}
@@ -348,24 +318,24 @@ func (a *acc) add(f Func, v any) {
 		}
 	case FuncMin:
 		if a.n == 0 || compare(v, a.v) < 0 {
-			a.hold(v)
+			a.v = v
 		}
 	case FuncMax:
 		if a.n == 0 || compare(v, a.v) > 0 {
-			a.hold(v)
+			a.v = v
 		}
 	case FuncFirst:
 		if a.n == 0 {
-			a.hold(v)
+			a.v = v
 		}
 	case FuncLast:
-		a.hold(v)
+		a.v = v
 	case FuncReduce:
 		a.v = v
 	case FuncCollect:
-		a.ext().list = append(a.ext().list, v)
+		a.ext.list = append(a.ext.list, v)
 	case FuncCountDistinct:
-		a.ext().addKey(v, 1)
+		a.ext.addKey(v, 1)
 	}
 	a.n++
 }
@@ -444,7 +414,7 @@ func (r *Row) Retract(vm *pipeline.VM, fields map[string]any) error {
 		}
 		j := -1
 		if s := &r.specs[i]; s.Func == FuncCollect && v != nil {
-			if j = indexEqual(r.accs[i].ext().list, v); j < 0 {
+			if j = indexEqual(r.accs[i].ext.list, v); j < 0 {
 				return fmt.Errorf("%w: aggregate %s: %s holds no %s", ErrRetractMissing, s.Name, s.Source, describe(v))
 			}
 		}
@@ -473,9 +443,9 @@ func (a *acc) retract(f Func, v any, j int) {
 			a.nf--
 		}
 	case FuncCollect:
-		a.ext().list = slices.Delete(a.ext().list, j, j+1)
+		a.ext.list = slices.Delete(a.ext.list, j, j+1)
 	case FuncCountDistinct:
-		a.ext().addKey(v, -1)
+		a.ext.addKey(v, -1)
 	}
 	a.n--
 	if (f == FuncSum || f == FuncAvg) && a.nf == 0 {
@@ -572,27 +542,27 @@ func (a *acc) merge(f Func, o *acc, v any) {
 		a.nf += o.nf
 	case FuncMin:
 		if o.n > 0 && (a.n == 0 || compare(o.v, a.v) < 0) {
-			a.holdFrom(o)
+			a.v = o.v
 		}
 	case FuncMax:
 		if o.n > 0 && (a.n == 0 || compare(o.v, a.v) > 0) {
-			a.holdFrom(o)
+			a.v = o.v
 		}
 	case FuncFirst:
 		if a.n == 0 && o.n > 0 {
-			a.holdFrom(o)
+			a.v = o.v
 		}
 	case FuncLast:
 		if o.n > 0 {
-			a.holdFrom(o)
+			a.v = o.v
 		}
 	case FuncReduce:
 		a.v = v
 	case FuncCollect:
-		a.ext().list = append(a.ext().list, o.ext().list...)
+		a.ext.list = append(a.ext.list, o.ext.list...)
 	case FuncCountDistinct:
-		for k, m := range o.ext().set {
-			a.ext().mergeKey(k, *m)
+		for k, m := range o.ext.set {
+			a.ext.mergeKey(k, *m)
 		}
 	}
 	a.n += o.n
@@ -633,12 +603,12 @@ func (a *acc) result(f Func) any {
 		}
 		return a.floatSum() / float64(a.n)
 	case FuncCollect:
-		if len(a.ext().list) == 0 {
+		if len(a.ext.list) == 0 {
 			return []any{}
 		}
-		return slices.Clone(a.ext().list)
+		return slices.Clone(a.ext.list)
 	case FuncCountDistinct:
-		return a.ext().pos
+		return a.ext.pos
 	}
 	return a.v
 }
