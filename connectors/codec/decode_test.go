@@ -20,8 +20,8 @@ func TestJSONDecoder(t *testing.T) {
 		want    map[string]any
 		wantErr string
 	}{
-		{`{"id":1,"s":"x","l":[1,"a",null],"m":{"k":true}}`, map[string]any{"id": 1.0, "s": "x", "l": []any{1.0, "a", nil}, "m": map[string]any{"k": true}}, ""},
-		{"  {\"a\":1}\t", map[string]any{"a": 1.0}, ""},
+		{`{"id":1,"s":"x","l":[1,"a",null],"m":{"k":true}}`, map[string]any{"id": int64(1), "s": "x", "l": []any{int64(1), "a", nil}, "m": map[string]any{"k": true}}, ""},
+		{"  {\"a\":1}\t", map[string]any{"a": int64(1)}, ""},
 		{`{}`, map[string]any{}, ""},
 		{"", nil, ""},
 		{"   ", nil, ""},
@@ -118,7 +118,7 @@ func TestDecodeAllKeepsOrder(t *testing.T) {
 				continue
 			}
 			require.NoError(t, errs[i])
-			require.Equal(t, float64(i), out[i]["i"], "workers=%d line %d", workers, i)
+			require.Equal(t, int64(i), out[i]["i"], "workers=%d line %d", workers, i)
 		}
 	}
 }
@@ -151,7 +151,7 @@ func TestBatchDecoderFailedLines(t *testing.T) {
 			for want == 3 || want == 500 || want == 998 {
 				want++
 			}
-			require.Equal(t, map[string]any{"i": float64(want)}, r.Fields, "workers=%d", workers)
+			require.Equal(t, map[string]any{"i": int64(want)}, r.Fields, "workers=%d", workers)
 			require.Equal(t, pipeline.NoTime, r.Time)
 			want++
 		}
@@ -207,7 +207,7 @@ func TestStreamFailedLines(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, len(b.Records) > 0 || len(b.Failed) > 0, "Read returned nothing")
 	}
-	require.Equal(t, []pipeline.Record{{Fields: map[string]any{"a": 1.0}, Time: pipeline.NoTime}}, b.Records)
+	require.Equal(t, []pipeline.Record{{Fields: map[string]any{"a": int64(1)}, Time: pipeline.NoTime}}, b.Records)
 	require.Len(t, b.Failed, 2)
 	require.Equal(t, map[string]any{"raw": "bad"}, b.Failed[0].Fields)
 	require.EqualError(t, b.Failed[0].Err, `stdin:2: invalid JSON: a line must be a JSON object, not "bad"`)
