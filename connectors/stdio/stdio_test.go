@@ -36,7 +36,7 @@ func TestStdinFormats(t *testing.T) {
 		input string
 		want  []map[string]any
 	}{
-		{"json", "", "{\"a\":1}\n\n{\"b\":\"x\"}", []map[string]any{{"a": 1.0}, {"b": "x"}}},
+		{"json", "", "{\"a\":1}\n\n{\"b\":\"x\"}", []map[string]any{{"a": int64(1)}, {"b": "x"}}},
 		{"csv", "format: csv", "a,b\n1,\"x\ny\"\n", []map[string]any{{"a": "1", "b": "x\ny"}}},
 		{"text", "format: text", "one\n\ntwo\n", []map[string]any{{"line": "one"}, {"line": ""}, {"line": "two"}}},
 	}
@@ -53,7 +53,7 @@ func TestStdinFormats(t *testing.T) {
 func TestStdinInvalidLines(t *testing.T) {
 	withStdin(t, strings.NewReader("{\"a\":1}\nnope\n{\"a\":2}\n"))
 	batches := conntest.Drain(t, conntest.OpenSource(t, loadStdin(t, ""), 0, 1, nil), 5*time.Second)
-	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 2.0}}, conntest.Fields(batches))
+	require.Equal(t, []map[string]any{{"a": int64(1)}, {"a": int64(2)}}, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "nope"},
 		Err: `stdin:2: invalid JSON: a line must be a JSON object, not "nope"`}}, conntest.Failures(batches))
 
@@ -146,7 +146,10 @@ func TestStdoutErrorsAndLoad(t *testing.T) {
 	require.Equal(t, pipeline.AtLeastOnce, cfg.(*StdoutConfig).Guarantee())
 	s := conntest.OpenSink(t, cfg, 0, 1)
 	err = s.Write(context.Background(), conntest.Records(map[string]any{"x": math.Inf(1)}))
-	require.EqualError(t, err, `stdout sink "out": json: unsupported value: +Inf`)
+	require.EqualError(t, err, `stdout sink "out": field "x": json: unsupported value: +Inf`)
+	var re *pipeline.SinkRecordError
+	require.ErrorAs(t, err, &re)
+	require.Zero(t, re.Index)
 
 	_, err = conntest.LoadSink(t, "stdout", "parallelism: 3")
 	require.ErrorContains(t, err, "a stdout sink runs with parallelism at most 1")
