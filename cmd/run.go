@@ -69,7 +69,8 @@ run logs its address and, with a checkpoint block, writes it to
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
-by each sink.
+by each sink: written counts what a sink wrote out (flushed; committed, for
+a sink that commits per checkpoint), also after a failure.
 
 Exit codes: 0 the input ended or the pipeline was stopped gracefully,
 1 the pipeline failed or was cancelled, 2 the file is invalid.`,
@@ -276,8 +277,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	return nil
 }
 
-// summarize logs the records each source read and each sink wrote, summed
-// over subtasks, and returns the totals.
+// summarize logs the records each source read and each sink wrote out
+// (eddy_sink_records_written_total), summed over subtasks, and returns the
+// totals.
 func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (read, written int64) {
 	count := func(n *pipeline.Node, counter func(pipeline.SubtaskInfo) float64) int64 {
 		var sum float64
@@ -293,7 +295,7 @@ func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (r
 			logger.Info("source summary", "source", n.ID, "type", n.Type, "records_read", r)
 			read += r
 		case pipeline.SinkNode:
-			w := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsIn(i)) })
+			w := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsWritten(i)) })
 			logger.Info("sink summary", "sink", n.ID, "type", n.Type, "records_written", w)
 			written += w
 		}

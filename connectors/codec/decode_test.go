@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -197,7 +198,7 @@ func TestBatchDecoderAllocations(t *testing.T) {
 
 func TestStreamFailedLines(t *testing.T) {
 	opts := DefaultDecodeOptions(JSON)
-	s := NewStream("stdin", StartLines(strings.NewReader("\nbad\n{\"a\":1}\n[2]\n"), false), &opts)
+	s := NewStream("stdin", StartLines(strings.NewReader("\nbad\n{\"a\":1}\n[2]\n"), false), &opts, &pipeline.SourceContext{})
 	var b pipeline.ReadBatch
 	for {
 		err := s.Read(context.Background(), &b)
@@ -328,4 +329,45 @@ func TestLineReaderPartialLineWaits(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"complete", "partial"}, got)
+}
+
+func TestBatchDecoderCountsInvalidUTF8(t *testing.T) {
+	var logs bytes.Buffer
+	metrics := pipeline.NewMetrics()
+	info := pipeline.SubtaskInfo{ID: "in", Subtask: 0, Parallelism: 1, Metrics: metrics,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime}))}
+	for _, workers := range []int{1, 4} {
+		logs.Reset()
+		var d BatchDecoder
+		d.Workers = workers
+		d.Observe(&pipeline.SourceContext{SubtaskInfo: info})
+		var lines [][]byte
+		var nums []int
+		for i := range 1000 {
+			line := fmt.Appendf(nil, `{"i":%d,"s":"ok"}`, i)
+			switch i {
+			case 10, 700:
+				line = fmt.Appendf(nil, "{\"i\":%d,\"s\":\"caf\xe9\"}", i) // Latin-1, not UTF-8
+			case 20:
+				line = []byte("{\"i\":\xff}") // outside a string: not JSON at all
+			}
+			lines = append(lines, line)
+			nums = append(nums, i+1)
+		}
+		var b pipeline.ReadBatch
+		require.Equal(t, 1000, d.Decode(JSONDecoder{}, lines, nums, "in.jsonl", &b))
+		require.Len(t, b.Failed, 1)
+		require.Equal(t, "caf\uFFFD", b.Records[10].Fields["s"])
+		// A second batch counts again and does not warn again.
+		require.Equal(t, 1, d.Decode(JSONDecoder{}, [][]byte{[]byte("{\"k\xc0\":1}")}, []int{1001}, "in.jsonl", &b))
+		require.Equal(t, `level=WARN msg="a JSON string holds invalid UTF-8: each bad byte was replaced with U+FFFD; later ones are counted in eddy_source_invalid_utf8_total" source=in at=in.jsonl:11`+"\n", logs.String())
+	}
+	require.Equal(t, 6.0, pipeline.CounterValue(metrics.InvalidUTF8(info)))
+}
+
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }

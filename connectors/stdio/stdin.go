@@ -50,9 +50,9 @@ type stdinSource struct {
 // Open starts reading standard input on a goroutine of its own, so that
 // Read can return when its context is done while a read blocks. A restored
 // position is ignored: standard input cannot be replayed.
-func (s *stdinSource) Open(context.Context, *pipeline.SourceContext) error {
+func (s *stdinSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
 	s.lines = codec.StartLines(Stdin, s.cfg.Format == codec.CSV)
-	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions)
+	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions, sc)
 	return nil
 }
 
