@@ -34,6 +34,10 @@ type stage struct {
 	received, pending int64
 	precommitted      map[int64]int64
 	written           prometheus.Counter
+	// flushWrites is set once a sink that commits per checkpoint returned
+	// an empty committable: it has nothing to commit (kafka without
+	// transactions), so its flushes write out.
+	flushWrites bool
 	// state is the operator's keyed state, once it asked for it.
 	state statestore.Backend
 	// restore is the checkpoint the run starts from, or nil.
@@ -114,7 +118,7 @@ func (s *stage) flush(ctx context.Context) error {
 	if err := s.sink.Flush(ctx); err != nil {
 		return err
 	}
-	if !s.commits() {
+	if !s.commits() || s.flushWrites {
 		s.written.Add(float64(s.pending))
 		s.pending = 0
 	}
@@ -125,6 +129,7 @@ func (s *stage) flush(ctx context.Context) error {
 // checkpoint id, whose committable is c; an empty committable is nothing
 // left to commit (the flush wrote them out), so they count now.
 func (s *stage) preCommitted(id int64, c []byte) {
+	s.flushWrites = len(c) == 0
 	if len(c) == 0 {
 		s.written.Add(float64(s.pending))
 	} else if s.pending > 0 {
@@ -407,7 +412,7 @@ func (s *stage) close(ctx context.Context) error {
 		// counts) before it closes; a sink that commits per checkpoint
 		// keeps it uncommitted, for the restore to replace.
 		var err error
-		if s.pending > 0 && !s.commits() {
+		if s.pending > 0 && (!s.commits() || s.flushWrites) {
 			err = s.flush(ctx)
 		}
 		return errors.Join(err, s.sink.Close(ctx))
