@@ -169,4 +169,3 @@ func (s *recordsSource) Read(_ context.Context, b *pipeline.ReadBatch) error {
 	s.recs = nil
 	return io.EOF
 }
-
