@@ -72,9 +72,10 @@ probes GET /healthz.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
-by each sink, and, at warn level, the records that failed in each source or
-step that had any: errors, and how many of them were skipped or
-dead-lettered (on_error).
+by each sink (written counts what a sink wrote out: flushed, or committed
+for a sink that commits per checkpoint, also after a failure), and, at warn
+level, the records that failed in each source or step that had any: errors,
+and how many of them were skipped or dead-lettered (on_error).
 
 Exit codes: 0 the input ended or the pipeline was stopped gracefully,
 1 the pipeline failed or was cancelled, 2 the file is invalid.`,
@@ -276,9 +277,10 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	return nil
 }
 
-// summarize logs the records each source read and each sink wrote, and the
-// records that failed in each source or step that had any (by what its
-// on_error did with them), summed over subtasks; it returns the totals.
+// summarize logs the records each source read and each sink wrote out
+// (eddy_sink_records_written_total), and the records that failed in each
+// source or step that had any (by what its on_error did with them), summed
+// over subtasks; it returns the totals.
 func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (read, written, failed int64) {
 	count := func(n *pipeline.Node, counter func(pipeline.SubtaskInfo) float64) int64 {
 		var sum float64
@@ -310,7 +312,7 @@ func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (r
 				log("step summary", n, "step", n.ID, "kind", n.Type)
 			}
 		case pipeline.SinkNode:
-			w := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsIn(i)) })
+			w := count(n, func(i pipeline.SubtaskInfo) float64 { return pipeline.CounterValue(m.RecordsWritten(i)) })
 			logger.Info("sink summary", "sink", n.ID, "type", n.Type, "records_written", w)
 			written += w
 		}

@@ -145,9 +145,10 @@ type ReadBatch struct {
 	// holds the source's watermark back.
 	SplitDone bool
 	// Failed holds input that could not be decoded into records, in read
-	// order relative to each other. The runtime applies the source's
-	// on_error policy to each (fail, skip, or dead_letter to
-	// "<source>.errors").
+	// order; each one's At places it among Records. The runtime applies the
+	// source's on_error policy to each (fail, skip, or dead_letter to
+	// "<source>.errors") in that order: with fail, the records read before
+	// the bad input still go downstream.
 	Failed []FailedRecord
 }
 
@@ -157,6 +158,10 @@ type FailedRecord struct {
 	Fields map[string]any
 	// Err says where and why, e.g. "data.jsonl:3: invalid JSON: ...".
 	Err error
+	// At is the index in ReadBatch.Records of the first record read after
+	// this input (len(Records) when it was appended): the runtime emits
+	// Records[:At] before it applies on_error to this input.
+	At int
 }
 
 // Source is the runtime instance of a source on one subtask. Open and Close

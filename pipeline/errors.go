@@ -23,3 +23,19 @@ var (
 	// or takes its final checkpoint.
 	ErrJobEnding = errors.New("the job is ending")
 )
+
+// SinkRecordError is what a Sink's Write returns for a record it cannot
+// write because of the record itself (a value its format cannot encode,
+// such as an infinite float in JSON), as opposed to the sink failing.
+// Index is the record's index in the batch: the records before it were
+// written as usual, the ones after it were not. The runtime flushes the
+// records before it, then fails the task with an error that names the
+// sink and the record's position in the sink's input.
+type SinkRecordError struct {
+	Index int
+	Err   error
+}
+
+func (e *SinkRecordError) Error() string { return e.Err.Error() }
+
+func (e *SinkRecordError) Unwrap() error { return e.Err }

@@ -22,6 +22,8 @@ type Metrics struct {
 
 	recordsIn    *prometheus.CounterVec
 	recordsOut   *prometheus.CounterVec
+	written      *prometheus.CounterVec
+	invalidUTF8  *prometheus.CounterVec
 	recordErrors *prometheus.CounterVec
 	lateDropped  *prometheus.CounterVec
 	windowsFired *prometheus.CounterVec
@@ -58,6 +60,14 @@ func NewMetrics() *Metrics {
 		}, labels),
 		recordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_records_out_total", Help: "Records emitted by a source or step subtask.",
+		}, labels),
+		written: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eddy_sink_records_written_total",
+			Help: "Records a sink subtask wrote out: flushed, or, for a sink that commits per checkpoint, committed.",
+		}, labels),
+		invalidUTF8: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eddy_source_invalid_utf8_total",
+			Help: "Records a source subtask decoded from JSON whose strings held invalid UTF-8, replaced with U+FFFD.",
 		}, labels),
 		recordErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_record_errors_total", Help: "Records that failed in a step, by on_error policy applied.",
@@ -113,7 +123,7 @@ func NewMetrics() *Metrics {
 // collectors returns every series family of m.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.runtime, m.process,
-		m.recordsIn, m.recordsOut, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
+		m.recordsIn, m.recordsOut, m.written, m.invalidUTF8, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
 		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
 }
@@ -156,6 +166,18 @@ func (m *Metrics) RecordsIn(info SubtaskInfo) prometheus.Counter {
 // RecordsOut returns the records-out counter of a subtask.
 func (m *Metrics) RecordsOut(info SubtaskInfo) prometheus.Counter {
 	return m.recordsOut.With(m.labels(info))
+}
+
+// RecordsWritten returns the counter of the records a sink subtask wrote
+// out (the runtime's: see stage.flushed).
+func (m *Metrics) RecordsWritten(info SubtaskInfo) prometheus.Counter {
+	return m.written.With(m.labels(info))
+}
+
+// InvalidUTF8 returns the counter of the records a source subtask decoded
+// with invalid UTF-8 replaced.
+func (m *Metrics) InvalidUTF8(info SubtaskInfo) prometheus.Counter {
+	return m.invalidUTF8.With(m.labels(info))
 }
 
 // RecordErrors returns the error counter of a subtask for an on_error policy.

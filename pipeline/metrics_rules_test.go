@@ -19,7 +19,7 @@ import (
 func TestAlertRulesNameRealMetrics(t *testing.T) {
 	labels := map[string][]string{} // series name -> its labels
 	histograms := map[string]bool{}
-	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([a-z_,]*)\}`)
+	descRE := regexp.MustCompile(`fqName: "([a-z0-9_]+)".*variableLabels: \{([a-z_,]*)\}`)
 	m := NewMetrics()
 	for _, c := range m.collectors() {
 		ch := make(chan *prometheus.Desc, 1)
@@ -53,7 +53,7 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(b, &file))
 	require.NotEmpty(t, file.Groups)
-	selector := regexp.MustCompile(`\b((?:eddy|go|process)_[a-z_]+)(\{([^}]*)\})?`)
+	selector := regexp.MustCompile(`\b((?:eddy|go|process)_[a-z0-9_]+)(\{([^}]*)\})?`)
 	matcher := regexp.MustCompile(`^\s*([a-z_]+)\s*=\s*"([^"]*)"\s*$`)
 	seen := 0
 	for _, g := range file.Groups {

@@ -28,6 +28,17 @@ type stage struct {
 	wakeAt int64
 	// unflushed is true when the sink was written since its last flush.
 	unflushed bool
+	// A sink's counts: records received, records written since its last
+	// flush (pre-commit for a sink that commits per checkpoint), and, of
+	// such a sink, the records of each pre-committed checkpoint; written
+	// counts them out (see flush).
+	received, pending int64
+	precommitted      map[int64]int64
+	written           prometheus.Counter
+	// flushWrites is set once a sink that commits per checkpoint returned
+	// an empty committable: it has nothing to commit (kafka without
+	// transactions), so its flushes write out.
+	flushWrites bool
 	// state is the operator's keyed state, once it asked for it.
 	state statestore.Backend
 	// restore is the checkpoint the run starts from, or nil.
@@ -57,10 +68,91 @@ func (s *stage) Emit(b []Record) error {
 		}
 		s.in.Add(float64(len(b)))
 		s.unflushed = true
-		return s.sink.Write(s.ctx, b)
+		s.received += int64(len(b))
+		if err := s.sink.Write(s.ctx, b); err != nil {
+			return s.writeFailed(b, err)
+		}
+		s.pending += int64(len(b))
+		return nil
 	}
 	s.in.Add(float64(len(b)))
 	return s.op.Process(b, s.out)
+}
+
+// writeFailed handles the error of the sink's Write of b. When the sink
+// cannot write one record (SinkRecordError), the records before it are
+// flushed and counted before the task fails, and the error names the
+// record and its position in the subtask's input.
+func (s *stage) writeFailed(b []Record, err error) error {
+	var re *SinkRecordError
+	if !errors.As(err, &re) || re.Index < 0 || re.Index >= len(b) {
+		return err
+	}
+	s.pending += int64(re.Index)
+	pos := s.received - int64(len(b)) + int64(re.Index) + 1
+	err = fmt.Errorf("sink %q cannot write its record %d, %s: %w", s.node.ID, pos, previewRecord(b[re.Index]), err)
+	if ferr := s.flush(s.ctx); ferr != nil {
+		return errors.Join(err, fmt.Errorf("flush sink %q: %w", s.node.ID, ferr))
+	}
+	return err
+}
+
+// previewRecord renders a record's fields for an error message, cut short.
+func previewRecord(r Record) string {
+	const max = 200
+	p := fmt.Sprint(r.Fields)
+	if len(p) > max {
+		return p[:max] + "..."
+	}
+	return p
+}
+
+// commits tells whether the sink's output becomes visible per checkpoint
+// (a TwoPhaseCommitSink in a checkpointing job): its records count as
+// written when committed, not when flushed.
+func (s *stage) commits() bool {
+	_, ok := s.sink.(TwoPhaseCommitSink)
+	return ok && s.checkpointing
+}
+
+// flush flushes the sink; once it succeeded, the records written since
+// the last flush count as written (at commit, for a sink that commits).
+func (s *stage) flush(ctx context.Context) error {
+	s.unflushed = false
+	if err := s.sink.Flush(ctx); err != nil {
+		return err
+	}
+	if !s.commits() || s.flushWrites {
+		s.written.Add(float64(s.pending))
+		s.pending = 0
+	}
+	return nil
+}
+
+// preCommitted moves the records written since the last barrier into
+// checkpoint id, whose committable is c; an empty committable is nothing
+// left to commit (the flush wrote them out), so they count now.
+func (s *stage) preCommitted(id int64, c []byte) {
+	s.flushWrites = len(c) == 0
+	if len(c) == 0 {
+		s.written.Add(float64(s.pending))
+	} else if s.pending > 0 {
+		if s.precommitted == nil {
+			s.precommitted = map[int64]int64{}
+		}
+		s.precommitted[id] += s.pending
+	}
+	s.pending = 0
+}
+
+// committed counts the records of the checkpoints up to id as written.
+func (s *stage) committed(id int64) {
+	for cp, n := range s.precommitted {
+		if cp <= id {
+			s.written.Add(float64(n))
+			delete(s.precommitted, cp)
+		}
+	}
 }
 
 // side returns the emitter of a side output (discard when nothing reads it).
@@ -95,6 +187,7 @@ func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
 		s.fin, _ = s.op.(Finisher)
 		s.pth, _ = s.op.(ProcessingTimeHandler)
 	case SinkNode:
+		s.written = info.Metrics.RecordsWritten(info)
 		s.sink, err = n.Sink.Config.NewSink()
 		if err == nil && n.Sink.WriteAhead {
 			s.sink, err = newWriteAheadSink(s.sink, stateDir)
@@ -319,7 +412,14 @@ func (s *stage) close(ctx context.Context) error {
 		}
 		return err
 	case s.sink != nil:
-		return s.sink.Close(ctx)
+		// After a failure, what the sink took before it goes out (and
+		// counts) before it closes; a sink that commits per checkpoint
+		// keeps it uncommitted, for the restore to replace.
+		var err error
+		if s.pending > 0 && (!s.commits() || s.flushWrites) {
+			err = s.flush(ctx)
+		}
+		return errors.Join(err, s.sink.Close(ctx))
 	case s.src != nil:
 		return s.src.Close(ctx)
 	}

@@ -195,8 +195,7 @@ func (t *task) flushBuffers(ctx context.Context) error {
 func (t *task) flushSinks(ctx context.Context) error {
 	for _, s := range t.stages {
 		if s.sink != nil && s.unflushed {
-			s.unflushed = false
-			if err := s.sink.Flush(ctx); err != nil {
+			if err := s.flush(ctx); err != nil {
 				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
 			}
 		}
@@ -259,8 +258,7 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 	coord := t.job.coord
 	for _, s := range t.stages {
 		if s.sink != nil {
-			s.unflushed = false
-			if err := s.sink.Flush(ctx); err != nil {
+			if err := s.flush(ctx); err != nil {
 				return fmt.Errorf("sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
 			}
 			if tpc, ok := s.sink.(TwoPhaseCommitSink); ok && coord != nil {
@@ -268,6 +266,7 @@ func (t *task) checkpoint(ctx context.Context, b Barrier) error {
 				if err != nil {
 					return fmt.Errorf("pre-commit sink %q at checkpoint %d: %w", s.node.ID, b.ID, err)
 				}
+				s.preCommitted(b.ID, c)
 				if t.committables == nil {
 					t.committables = map[int64]map[*stage][]byte{}
 				}
@@ -372,6 +371,7 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 				return false, fmt.Errorf("commit sink %q at checkpoint %d: %w", s.node.ID, m.complete, err)
 			}
 		}
+		s.committed(m.complete)
 	}
 	for _, id := range ids {
 		if id <= m.complete {
@@ -465,8 +465,7 @@ func (t *task) finish(ctx context.Context) error {
 			}
 		}
 		if s.sink != nil {
-			s.unflushed = false
-			if err := s.sink.Flush(ctx); err != nil {
+			if err := s.flush(ctx); err != nil {
 				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
 			}
 		}
@@ -624,12 +623,30 @@ func (t *task) runSource(ctx context.Context) error {
 // emitRead assigns event times to what the reader read and emits it; with
 // watermark.interval 0 a watermark follows every record.
 func (t *task) emitRead(rb *ReadBatch) error {
+	// Input that failed to decode takes its turn among the records, so
+	// that on_error fail emits what was read before it.
+	done := 0
 	for _, f := range rb.Failed {
+		at := min(max(f.At, done), len(rb.Records))
+		if err := t.emitRecords(rb, rb.Records[done:at]); err != nil {
+			return err
+		}
+		done = at
 		if err := t.srcErrs.Handle(Record{Fields: f.Fields, Time: NoTime}, f.Err); err != nil {
 			return err
 		}
 	}
-	recs := rb.Records
+	if err := t.emitRecords(rb, rb.Records[done:]); err != nil {
+		return err
+	}
+	if rb.SplitDone && t.wmGen != nil {
+		t.wmGen.split(rb.Split).done = true
+	}
+	return nil
+}
+
+// emitRecords assigns event times to recs, records of rb, and emits them.
+func (t *task) emitRecords(rb *ReadBatch, recs []Record) error {
 	et := t.head.node.Source.EventTime
 	if et != nil {
 		perRecord := t.head.node.Source.Watermark.Interval == 0
@@ -662,9 +679,6 @@ func (t *task) emitRead(rb *ReadBatch) error {
 			recs = recs[:0]
 		} else {
 			recs = recs[:n]
-		}
-		if rb.SplitDone {
-			t.wmGen.split(rb.Split).done = true
 		}
 	}
 	if len(recs) == 0 {

@@ -2,6 +2,10 @@ package codec
 
 import (
 	"fmt"
+	"log/slog"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -17,6 +21,26 @@ type BatchDecoder struct {
 
 	out  []map[string]any
 	errs []error
+
+	// Invalid UTF-8 in json strings (see Observe).
+	source  string
+	invalid prometheus.Counter
+	logger  *slog.Logger
+	warned  bool
+}
+
+// Observe makes d count the json records whose strings held invalid UTF-8,
+// which the decoder replaced with U+FFFD, in eddy_source_invalid_utf8_total
+// of sc's subtask, and log the first one at warn level. Call it from the
+// source's Open.
+func (d *BatchDecoder) Observe(sc *pipeline.SourceContext) {
+	d.source, d.logger, d.warned = sc.ID, sc.Logger, false
+	if d.logger == nil {
+		d.logger = slog.Default()
+	}
+	if sc.Metrics != nil {
+		d.invalid = sc.Metrics.InvalidUTF8(sc.SubtaskInfo)
+	}
 }
 
 // Decode decodes lines (nums[i] is the line number of lines[i]) with dec,
@@ -32,13 +56,16 @@ func (d *BatchDecoder) Decode(dec Decoder, lines [][]byte, nums []int, where str
 		d.errs = make([]error, n)
 	}
 	out, errs := d.out[:n], d.errs[:n]
-	DecodeAll(dec, lines, out, errs, d.Workers)
+	if n := DecodeAll(dec, lines, out, errs, d.Workers); n > 0 {
+		d.replaced(n, lines, nums, out, where)
+	}
 	added := 0
 	for i, m := range out {
 		if err := errs[i]; err != nil {
 			b.Failed = append(b.Failed, pipeline.FailedRecord{
 				Fields: map[string]any{"raw": string(lines[i])},
 				Err:    fmt.Errorf("%s:%d: %w", where, nums[i], err),
+				At:     len(b.Records),
 			})
 			added++
 			continue
@@ -51,4 +78,23 @@ func (d *BatchDecoder) Decode(dec Decoder, lines [][]byte, nums []int, where str
 	clear(out)
 	clear(errs)
 	return added
+}
+
+// replaced counts n records decoded with invalid UTF-8 replaced and warns
+// about the first one of the subtask.
+func (d *BatchDecoder) replaced(n int, lines [][]byte, nums []int, out []map[string]any, where string) {
+	if d.invalid != nil {
+		d.invalid.Add(float64(n))
+	}
+	if d.warned || d.logger == nil {
+		return
+	}
+	d.warned = true
+	for i, l := range lines {
+		if out[i] != nil && !utf8.Valid(l) {
+			d.logger.Warn("a JSON string holds invalid UTF-8: each bad byte was replaced with U+FFFD; later ones are counted in eddy_source_invalid_utf8_total",
+				"source", d.source, "at", fmt.Sprintf("%s:%d", where, nums[i]))
+			return
+		}
+	}
 }

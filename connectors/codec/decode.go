@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-
-	json "github.com/goccy/go-json"
 )
 
 // Decoder turns one line of input into a record's fields.
@@ -32,31 +30,34 @@ func NewDecoder(f Format, comma byte) Decoder {
 	return JSONDecoder{}
 }
 
-// JSONDecoder decodes JSON lines: one object per line. Numbers decode as
-// float64, like encoding/json.
+// JSONDecoder decodes JSON lines: one object per line. A number literal
+// without fraction and exponent that fits in an int64 decodes as int64
+// (1, -7, 9007199254740993), any other number as float64 (1.0, 1e3,
+// 2.5, 1e19 and 18446744073709551616, which do not fit). Invalid UTF-8 in
+// a string becomes U+FFFD (see DecodeAll to count it).
 type JSONDecoder struct{}
 
 // Decode decodes one JSON object.
 func (JSONDecoder) Decode(line []byte) (map[string]any, error) {
+	m, _, err := JSONDecoder{}.decode(line)
+	return m, err
+}
+
+// decode decodes one JSON object; invalid tells whether a string held
+// invalid UTF-8 (or a lone surrogate escape) replaced with U+FFFD.
+func (JSONDecoder) decode(line []byte) (m map[string]any, invalid bool, err error) {
 	trimmed := bytes.TrimSpace(line)
 	if len(trimmed) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	if trimmed[0] != '{' {
-		return nil, fmt.Errorf("invalid JSON: a line must be a JSON object, not %s", preview(trimmed))
+		return nil, false, fmt.Errorf("invalid JSON: a line must be a JSON object, not %s", preview(trimmed))
 	}
-	var m map[string]any
-	if err := json.Unmarshal(trimmed, &m); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "json: ")
-		if strings.Contains(msg, "'\x00'") { // goccy pads its input with a NUL byte
-			msg = "unexpected end of JSON input"
-		}
-		return nil, fmt.Errorf("invalid JSON: %s", msg)
+	m, invalid, err = decodeJSONObject(trimmed)
+	if err != nil {
+		return nil, false, fmt.Errorf("invalid JSON: %w", err)
 	}
-	if m == nil { // cannot happen after '{', but never hand out a nil record
-		m = map[string]any{}
-	}
-	return m, nil
+	return m, invalid, nil
 }
 
 // TextDecoder makes each line a record {"line": text}; blank lines are kept.
@@ -161,32 +162,49 @@ const parallelMin = 256
 // DecodeAll decodes lines into out[i] and errs[i] (both of len(lines)),
 // keeping order. A stateless decoder (json, text) decodes on up to workers
 // goroutines when the batch is large enough; workers <= 0 means GOMAXPROCS.
-func DecodeAll(dec Decoder, lines [][]byte, out []map[string]any, errs []error, workers int) {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+// It returns how many of the records (json only) had invalid UTF-8 in a
+// string, replaced with U+FFFD.
+func DecodeAll(dec Decoder, lines [][]byte, out []map[string]any, errs []error, workers int) (invalidUTF8 int) {
 	if _, ok := dec.(JSONDecoder); !ok {
-		workers = 1
-	}
-	workers = min(workers, len(lines)/parallelMin)
-	if workers <= 1 {
 		for i, l := range lines {
 			out[i], errs[i] = dec.Decode(l)
 		}
-		return
+		return 0
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(lines)/parallelMin)
+	if workers <= 1 {
+		return decodeJSON(lines, out, errs, 0, len(lines))
 	}
 	var wg sync.WaitGroup
 	chunk := (len(lines) + workers - 1) / workers
+	counts := make([]int, 0, workers)
 	for lo := chunk; lo < len(lines); lo += chunk {
 		hi := min(lo+chunk, len(lines))
-		wg.Go(func() {
-			for i := lo; i < hi; i++ {
-				out[i], errs[i] = dec.Decode(lines[i])
-			}
-		})
+		counts = append(counts, 0)
+		n := &counts[len(counts)-1]
+		wg.Go(func() { *n = decodeJSON(lines, out, errs, lo, hi) })
 	}
-	for i := range chunk {
-		out[i], errs[i] = dec.Decode(lines[i])
-	}
+	invalidUTF8 = decodeJSON(lines, out, errs, 0, chunk)
 	wg.Wait()
+	for _, n := range counts {
+		invalidUTF8 += n
+	}
+	return invalidUTF8
+}
+
+// decodeJSON decodes lines[lo:hi] as json and returns how many records had
+// invalid UTF-8.
+func decodeJSON(lines [][]byte, out []map[string]any, errs []error, lo, hi int) int {
+	n := 0
+	for i := lo; i < hi; i++ {
+		var invalid bool
+		out[i], invalid, errs[i] = JSONDecoder{}.decode(lines[i])
+		if invalid {
+			n++
+		}
+	}
+	return n
 }

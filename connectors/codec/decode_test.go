@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -20,8 +21,8 @@ func TestJSONDecoder(t *testing.T) {
 		want    map[string]any
 		wantErr string
 	}{
-		{`{"id":1,"s":"x","l":[1,"a",null],"m":{"k":true}}`, map[string]any{"id": 1.0, "s": "x", "l": []any{1.0, "a", nil}, "m": map[string]any{"k": true}}, ""},
-		{"  {\"a\":1}\t", map[string]any{"a": 1.0}, ""},
+		{`{"id":1,"s":"x","l":[1,"a",null],"m":{"k":true}}`, map[string]any{"id": int64(1), "s": "x", "l": []any{int64(1), "a", nil}, "m": map[string]any{"k": true}}, ""},
+		{"  {\"a\":1}\t", map[string]any{"a": int64(1)}, ""},
 		{`{}`, map[string]any{}, ""},
 		{"", nil, ""},
 		{"   ", nil, ""},
@@ -118,7 +119,7 @@ func TestDecodeAllKeepsOrder(t *testing.T) {
 				continue
 			}
 			require.NoError(t, errs[i])
-			require.Equal(t, float64(i), out[i]["i"], "workers=%d line %d", workers, i)
+			require.Equal(t, int64(i), out[i]["i"], "workers=%d line %d", workers, i)
 		}
 	}
 }
@@ -151,7 +152,7 @@ func TestBatchDecoderFailedLines(t *testing.T) {
 			for want == 3 || want == 500 || want == 998 {
 				want++
 			}
-			require.Equal(t, map[string]any{"i": float64(want)}, r.Fields, "workers=%d", workers)
+			require.Equal(t, map[string]any{"i": int64(want)}, r.Fields, "workers=%d", workers)
 			require.Equal(t, pipeline.NoTime, r.Time)
 			want++
 		}
@@ -197,7 +198,7 @@ func TestBatchDecoderAllocations(t *testing.T) {
 
 func TestStreamFailedLines(t *testing.T) {
 	opts := DefaultDecodeOptions(JSON)
-	s := NewStream("stdin", StartLines(strings.NewReader("\nbad\n{\"a\":1}\n[2]\n"), false), &opts)
+	s := NewStream("stdin", StartLines(strings.NewReader("\nbad\n{\"a\":1}\n[2]\n"), false), &opts, &pipeline.SourceContext{})
 	var b pipeline.ReadBatch
 	for {
 		err := s.Read(context.Background(), &b)
@@ -207,7 +208,7 @@ func TestStreamFailedLines(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, len(b.Records) > 0 || len(b.Failed) > 0, "Read returned nothing")
 	}
-	require.Equal(t, []pipeline.Record{{Fields: map[string]any{"a": 1.0}, Time: pipeline.NoTime}}, b.Records)
+	require.Equal(t, []pipeline.Record{{Fields: map[string]any{"a": int64(1)}, Time: pipeline.NoTime}}, b.Records)
 	require.Len(t, b.Failed, 2)
 	require.Equal(t, map[string]any{"raw": "bad"}, b.Failed[0].Fields)
 	require.EqualError(t, b.Failed[0].Err, `stdin:2: invalid JSON: a line must be a JSON object, not "bad"`)
@@ -328,4 +329,45 @@ func TestLineReaderPartialLineWaits(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"complete", "partial"}, got)
+}
+
+func TestBatchDecoderCountsInvalidUTF8(t *testing.T) {
+	var logs bytes.Buffer
+	metrics := pipeline.NewMetrics()
+	info := pipeline.SubtaskInfo{ID: "in", Subtask: 0, Parallelism: 1, Metrics: metrics,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime}))}
+	for _, workers := range []int{1, 4} {
+		logs.Reset()
+		var d BatchDecoder
+		d.Workers = workers
+		d.Observe(&pipeline.SourceContext{SubtaskInfo: info})
+		var lines [][]byte
+		var nums []int
+		for i := range 1000 {
+			line := fmt.Appendf(nil, `{"i":%d,"s":"ok"}`, i)
+			switch i {
+			case 10, 700:
+				line = fmt.Appendf(nil, "{\"i\":%d,\"s\":\"caf\xe9\"}", i) // Latin-1, not UTF-8
+			case 20:
+				line = []byte("{\"i\":\xff}") // outside a string: not JSON at all
+			}
+			lines = append(lines, line)
+			nums = append(nums, i+1)
+		}
+		var b pipeline.ReadBatch
+		require.Equal(t, 1000, d.Decode(JSONDecoder{}, lines, nums, "in.jsonl", &b))
+		require.Len(t, b.Failed, 1)
+		require.Equal(t, "caf\uFFFD", b.Records[10].Fields["s"])
+		// A second batch counts again and does not warn again.
+		require.Equal(t, 1, d.Decode(JSONDecoder{}, [][]byte{[]byte("{\"k\xc0\":1}")}, []int{1001}, "in.jsonl", &b))
+		require.Equal(t, `level=WARN msg="a JSON string holds invalid UTF-8: each bad byte was replaced with U+FFFD; later ones are counted in eddy_source_invalid_utf8_total" source=in at=in.jsonl:11`+"\n", logs.String())
+	}
+	require.Equal(t, 6.0, pipeline.CounterValue(metrics.InvalidUTF8(info)))
+}
+
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }

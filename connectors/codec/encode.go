@@ -25,8 +25,8 @@ type Encoder interface {
 // at every level, byte for byte what encoding/json writes with
 // SetEscapeHTML(false) (so '<', '>' and '&' are not escaped). Values of types
 // other than the ones records usually hold are encoded by encoding/json.
-// NaN and infinities are errors, as in encoding/json. An encoder is not safe
-// for concurrent use.
+// NaN and infinities are errors, as in encoding/json; an error names the
+// field (a *FieldError). An encoder is not safe for concurrent use.
 type JSONEncoder struct {
 	keys [][]string // per nesting depth, reused
 }
@@ -71,7 +71,8 @@ func (e *JSONEncoder) appendMap(dst []byte, m map[string]any, depth int) ([]byte
 		dst = append(dst, ':')
 		var err error
 		if dst, err = e.appendValue(dst, m[k], depth+1); err != nil {
-			return dst, err
+			clear(keys)
+			return dst, inField(k, err)
 		}
 	}
 	clear(keys) // drop references to the strings
@@ -110,7 +111,7 @@ func (e *JSONEncoder) appendValue(dst []byte, v any, depth int) ([]byte, error) 
 			}
 			var err error
 			if dst, err = e.appendValue(dst, el, depth+1); err != nil {
-				return dst, err
+				return dst, inField("["+strconv.Itoa(i)+"]", err)
 			}
 		}
 		return append(dst, ']'), nil
@@ -146,6 +147,32 @@ func (e *JSONEncoder) appendValue(dst []byte, v any, depth int) ([]byte, error) 
 		return append(dst, ']'), nil
 	}
 	return appendStd(dst, v)
+}
+
+// FieldError is the error of a value that cannot be encoded, with the path
+// of the field that holds it: "temp", "a.b", "list[2].x".
+type FieldError struct {
+	Path string
+	Err  error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %v", e.Path, e.Err) }
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// inField puts err, of the value under name (a key, or "[i]" of a list),
+// in that field's path.
+func inField(name string, err error) error {
+	fe, ok := err.(*FieldError)
+	if !ok {
+		return &FieldError{Path: name, Err: err}
+	}
+	if fe.Path[0] == '[' {
+		fe.Path = name + fe.Path
+	} else {
+		fe.Path = name + "." + fe.Path
+	}
+	return fe
 }
 
 // appendStd encodes anything else with encoding/json.

@@ -56,8 +56,24 @@ func TestJSONEncoderErrors(t *testing.T) {
 		require.Error(t, err)
 		require.Equal(t, "keep", string(got), "dst is unchanged on error")
 	}
-	_, err := e.Append(nil, map[string]any{"v": math.NaN()})
-	require.EqualError(t, err, "json: unsupported value: NaN")
+	tests := []struct {
+		fields map[string]any
+		want   string
+	}{
+		{map[string]any{"a": 1, "v": math.NaN()}, `field "v": json: unsupported value: NaN`},
+		{map[string]any{"m": map[string]any{"ok": 1, "x": math.Inf(1)}}, `field "m.x": json: unsupported value: +Inf`},
+		{map[string]any{"l": []any{1, map[string]any{"y": []any{math.Inf(-1)}}}}, `field "l[1].y[0]": json: unsupported value: -Inf`},
+	}
+	for _, tt := range tests {
+		_, err := e.Append(nil, tt.fields)
+		require.EqualError(t, err, tt.want)
+		var fe *FieldError
+		require.ErrorAs(t, err, &fe)
+	}
+	// The encoder is reusable after an error.
+	got, err := e.Append(nil, map[string]any{"b": 2, "a": map[string]any{"d": 1, "c": 0}})
+	require.NoError(t, err)
+	require.Equal(t, `{"a":{"c":0,"d":1},"b":2}`+"\n", string(got))
 }
 
 // TestJSONEncoderEveryByte puts each byte value at each position of a

@@ -97,9 +97,12 @@ type Stream struct {
 	decoder BatchDecoder
 }
 
-// NewStream returns a stream reading lines from a, decoded with opts.
-func NewStream(where string, a *AsyncLines, opts *DecodeOptions) *Stream {
-	return &Stream{Where: where, lines: a, dec: opts.NewDecoder()}
+// NewStream returns a stream reading lines from a, decoded with opts, for
+// the source subtask of sc (see BatchDecoder.Observe).
+func NewStream(where string, a *AsyncLines, opts *DecodeOptions, sc *pipeline.SourceContext) *Stream {
+	s := &Stream{Where: where, lines: a, dec: opts.NewDecoder()}
+	s.decoder.Observe(sc)
+	return s
 }
 
 // Reset makes s read from a new input (a new connection); a csv input

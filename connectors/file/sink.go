@@ -201,7 +201,9 @@ func (s *sink) Open(ctx context.Context, sc *pipeline.SinkContext) error {
 }
 
 // Write encodes the records into the write buffer (with checkpoints, of
-// the in-progress part file, rolling it by roll_size and roll_interval).
+// the in-progress part file, rolling it by roll_size and roll_interval). A
+// record that does not encode (an infinite float in json) is a
+// pipeline.SinkRecordError; the records before it stay written.
 func (s *sink) Write(_ context.Context, batch []pipeline.Record) error {
 	if s.parts != nil {
 		return s.parts.write(batch)
@@ -209,7 +211,7 @@ func (s *sink) Write(_ context.Context, batch []pipeline.Record) error {
 	for i := range batch {
 		buf, err := s.enc.Append(s.w.AvailableBuffer(), batch[i].Fields)
 		if err != nil {
-			return fmt.Errorf("file sink %q: %s: %w", s.id, s.path, err)
+			return &pipeline.SinkRecordError{Index: i, Err: fmt.Errorf("file sink %q: %s: %w", s.id, s.path, err)}
 		}
 		if _, err := s.w.Write(buf); err != nil {
 			return fmt.Errorf("file sink %q: %w", s.id, pathErr("write", s.path, err))

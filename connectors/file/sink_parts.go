@@ -278,7 +278,7 @@ func (p *partWriter) write(batch []pipeline.Record) error {
 	for i := range batch {
 		line, err := p.enc.Append(p.line[:0], batch[i].Fields)
 		if err != nil {
-			return p.errorf("%s: %w", p.layout.dir, err)
+			return &pipeline.SinkRecordError{Index: i, Err: p.errorf("%s: %w", p.layout.dir, err)}
 		}
 		p.line = line
 		if p.cur != nil && p.cur.records > 0 && p.cur.size+int64(len(line)) > p.rollSize {

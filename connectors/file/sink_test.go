@@ -139,7 +139,10 @@ func TestSinkUnencodable(t *testing.T) {
 	s := conntest.OpenSink(t, loadSink(t, "path: "+path), 0, 1)
 	ctx := context.Background()
 	err := s.Write(ctx, conntest.Records(map[string]any{"ok": 1}, map[string]any{"x": math.NaN()}))
-	require.EqualError(t, err, `file sink "out": `+path+`: json: unsupported value: NaN`)
+	require.EqualError(t, err, `file sink "out": `+path+`: field "x": json: unsupported value: NaN`)
+	var re *pipeline.SinkRecordError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, 1, re.Index, "the second record of the batch")
 	require.NoError(t, s.Close(ctx))
 	require.Equal(t, "{\"ok\":1}\n", readFile(t, path), "the bad record leaves nothing behind")
 }

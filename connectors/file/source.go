@@ -161,6 +161,7 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 		}
 	}
 	s.dec.Workers = s.cfg.DecodeWorkers
+	s.dec.Observe(sc)
 	switch {
 	case sc.Restored != nil:
 		pos, err := DecodePosition(sc.Restored)

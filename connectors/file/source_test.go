@@ -38,7 +38,7 @@ func TestSourceFormats(t *testing.T) {
 		want    []map[string]any
 	}{
 		{"json", "", "{\"id\":1,\"t\":21.5}\n\n{\"id\":2,\"s\":\"x\"}\r\n{\"id\":3}",
-			[]map[string]any{{"id": 1.0, "t": 21.5}, {"id": 2.0, "s": "x"}, {"id": 3.0}}},
+			[]map[string]any{{"id": int64(1), "t": 21.5}, {"id": int64(2), "s": "x"}, {"id": int64(3)}}},
 		{"csv", "format: csv", "\xef\xbb\xbfid,name\n1,\"a, b\"\n\n2,\"multi\nline\"\n",
 			[]map[string]any{{"id": "1", "name": "a, b"}, {"id": "2", "name": "multi\nline"}}},
 		{"csv delimiter", "format: csv\ncsv_delimiter: \"\\t\"", "a\tb\n1\t2\n",
@@ -68,7 +68,7 @@ func manyLines(from, n int) string {
 func ids(fields []map[string]any) []int {
 	out := make([]int, len(fields))
 	for i, f := range fields {
-		out[i] = int(f["i"].(float64))
+		out[i] = int(f["i"].(int64))
 	}
 	return out
 }
@@ -97,7 +97,7 @@ func TestSourceSplitsAcrossSubtasks(t *testing.T) {
 	for _, b := range batches {
 		if len(b.Records) > 0 {
 			require.Contains(t, []int{1, 3}, b.Split)
-			first := int(b.Records[0].Fields["i"].(float64))
+			first := int(b.Records[0].Fields["i"].(int64))
 			require.Equal(t, first/1000, b.Split)
 		}
 	}
@@ -178,7 +178,7 @@ func TestSourceCSVRestoreReadsHeader(t *testing.T) {
 func TestSourceInvalidLines(t *testing.T) {
 	path := writeFile(t, filepath.Join(t.TempDir(), "in.jsonl"), "{\"a\":1}\n{\"a\":\n[1]\r\n\n{\"a\":4}\n")
 	batches := conntest.Drain(t, conntest.OpenSource(t, loadSource(t, "path: "+path), 0, 1, nil), time.Second)
-	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 4.0}}, conntest.Fields(batches))
+	require.Equal(t, []map[string]any{{"a": int64(1)}, {"a": int64(4)}}, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{
 		{Fields: map[string]any{"raw": `{"a":`}, Err: path + ":2: invalid JSON: unexpected end of JSON input"},
 		{Fields: map[string]any{"raw": "[1]"}, Err: path + `:3: invalid JSON: a line must be a JSON object, not "[1]"`},
@@ -239,7 +239,7 @@ func TestSourceLongLines(t *testing.T) {
 	path := writeFile(t, filepath.Join(t.TempDir(), "in.jsonl"), `{"a":"`+long+"\"}\n{\"b\":1}\n{\"c\":\""+long[:70000]+`"}`)
 	cfg := loadSource(t, "path: "+path)
 	got := conntest.Fields(conntest.Drain(t, conntest.OpenSource(t, cfg, 0, 1, nil), 5*time.Second))
-	require.Equal(t, []map[string]any{{"a": long}, {"b": 1.0}, {"c": long[:70000]}}, got)
+	require.Equal(t, []map[string]any{{"a": long}, {"b": int64(1)}, {"c": long[:70000]}}, got)
 }
 
 func TestSourceNoMatch(t *testing.T) {

@@ -457,8 +457,11 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 				continue
 			}
 			p := ev.part
+			for _, f := range ev.failed {
+				f.At += len(b.Records)
+				b.Failed = append(b.Failed, f)
+			}
 			b.Records = append(b.Records, ev.recs...)
-			b.Failed = append(b.Failed, ev.failed...)
 			b.Split = p.split
 			p.next = ev.next
 			if ev.hwm > 0 {
@@ -654,6 +657,7 @@ func (s *source) decode(dec valueDecoder, msgs []*sarama.ConsumerMessage, stop i
 			ev.failed = append(ev.failed, pipeline.FailedRecord{
 				Fields: map[string]any{"raw": string(m.Value)},
 				Err:    fmt.Errorf("kafka %s offset %d: %w", topicPartition{m.Topic, m.Partition}, m.Offset, err),
+				At:     len(ev.recs),
 			})
 			continue
 		}

@@ -219,7 +219,7 @@ func keys(m map[po]map[string]any) []po {
 func ints(m map[po]map[string]any) []int {
 	var out []int
 	for _, f := range m {
-		out = append(out, int(f["i"].(float64)))
+		out = append(out, int(f["i"].(int64)))
 	}
 	slices.Sort(out)
 	return out
@@ -380,7 +380,7 @@ func TestKafkaSourceReadsAllPartitions(t *testing.T) {
 			}
 			require.Equal(t, want, ints(got))
 			for k, f := range got {
-				require.Equal(t, int(k.P)*100+int(k.O), int(f["i"].(float64)), "partition and offset match the value")
+				require.Equal(t, int(k.P)*100+int(k.O), int(f["i"].(int64)), "partition and offset match the value")
 			}
 		})
 	}
@@ -435,7 +435,7 @@ func TestKafkaSourceMetadata(t *testing.T) {
 		recs = append(recs, b.Records...)
 	}
 	require.Len(t, recs, 2)
-	require.Equal(t, map[string]any{"n": 1.0}, recs[0].Fields)
+	require.Equal(t, map[string]any{"n": int64(1)}, recs[0].Fields)
 	require.Equal(t, pipeline.NoTime, recs[0].Time)
 	require.Equal(t, &pipeline.Meta{Key: []byte("k1"), Headers: map[string]string{"h": "v", "trace": "42"}, Partition: 1, Offset: 0, Timestamp: ts.UnixMilli()}, recs[0].Meta)
 	require.Equal(t, &pipeline.Meta{Partition: 1, Offset: 1, Timestamp: ts.UnixMilli() + 1000}, recs[1].Meta)
@@ -452,7 +452,7 @@ func TestKafkaSourceFormats(t *testing.T) {
 		failed []string // the raw values that did not decode
 	}{
 		{"json", "", []string{`{"id":1,"t":21.5}`, `{"id":`, ` {"nested":{"a":[1,2]}} `, ``},
-			[]map[string]any{{"id": 1.0, "t": 21.5}, {"nested": map[string]any{"a": []any{1.0, 2.0}}}, {}}, []string{`{"id":`}},
+			[]map[string]any{{"id": int64(1), "t": 21.5}, {"nested": map[string]any{"a": []any{int64(1), int64(2)}}}, {}}, []string{`{"id":`}},
 		{"json not an object", "", []string{`[1,2]`, `{"ok":true}`},
 			[]map[string]any{{"ok": true}}, []string{`[1,2]`}},
 		{"csv", "format: csv\ncolumns: [id, name]", []string{"1,\"a, b\"", "2,x\n", "3"},
@@ -756,7 +756,7 @@ func TestKafkaSourceTopicPattern(t *testing.T) {
 	require.Equal(t, map[string]bool{a: true, b: true}, topics)
 	var is []int
 	for _, f := range conntest.Fields(got) {
-		is = append(is, int(f["i"].(float64)))
+		is = append(is, int(f["i"].(int64)))
 	}
 	slices.Sort(is)
 	require.Equal(t, []int{0, 1, 10, 11}, is)

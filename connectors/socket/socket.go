@@ -95,7 +95,7 @@ func (s *source) Open(ctx context.Context, sc *pipeline.SourceContext) error {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	s.stream = codec.NewStream("socket "+s.cfg.Address, nil, &s.cfg.DecodeOptions)
+	s.stream = codec.NewStream("socket "+s.cfg.Address, nil, &s.cfg.DecodeOptions, sc)
 	err := s.connect(ctx)
 	if err != nil && s.cfg.Reconnect {
 		s.logger.Warn("cannot connect yet; retrying", "source", s.id, "address", s.cfg.Address, "error", err)

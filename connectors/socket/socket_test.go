@@ -54,7 +54,7 @@ func TestSocketFormats(t *testing.T) {
 		want []map[string]any
 	}{
 		{"text by default", "", "hello\r\n\nworld", []map[string]any{{"line": "hello"}, {"line": ""}, {"line": "world"}}},
-		{"json", "format: json", "{\"a\":1}\n{\"a\":2}\n", []map[string]any{{"a": 1.0}, {"a": 2.0}}},
+		{"json", "format: json", "{\"a\":1}\n{\"a\":2}\n", []map[string]any{{"a": int64(1)}, {"a": int64(2)}}},
 		{"csv", "format: csv", "a,b\n1,2\n", []map[string]any{{"a": "1", "b": "2"}}},
 	}
 	for _, tt := range tests {
@@ -122,7 +122,7 @@ func TestSocketDecodeErrorIsNotAReconnect(t *testing.T) {
 		require.True(t, len(b.Records) > 0 || len(b.Failed) > 0)
 		batches = append(batches, b)
 	}
-	require.Equal(t, []map[string]any{{"a": 1.0}}, conntest.Fields(batches))
+	require.Equal(t, []map[string]any{{"a": int64(1)}}, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "bad"},
 		Err: "socket " + addr + `:2: invalid JSON: a line must be a JSON object, not "bad"`}}, conntest.Failures(batches))
 	// The connection stays: nothing more arrives until the server sends it.

@@ -57,7 +57,7 @@ func (s *stdinSource) Open(_ context.Context, sc *pipeline.SourceContext) error 
 		in = os.Stdin
 	}
 	s.lines = codec.StartLines(in, s.cfg.Format == codec.CSV)
-	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions)
+	s.stream = codec.NewStream("stdin", s.lines, &s.cfg.DecodeOptions, sc)
 	return nil
 }
 

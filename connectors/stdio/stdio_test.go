@@ -39,7 +39,7 @@ func TestStdinFormats(t *testing.T) {
 		input string
 		want  []map[string]any
 	}{
-		{"json", "", "{\"a\":1}\n\n{\"b\":\"x\"}", []map[string]any{{"a": 1.0}, {"b": "x"}}},
+		{"json", "", "{\"a\":1}\n\n{\"b\":\"x\"}", []map[string]any{{"a": int64(1)}, {"b": "x"}}},
 		{"csv", "format: csv", "a,b\n1,\"x\ny\"\n", []map[string]any{{"a": "1", "b": "x\ny"}}},
 		{"text", "format: text", "one\n\ntwo\n", []map[string]any{{"line": "one"}, {"line": ""}, {"line": "two"}}},
 	}
@@ -54,7 +54,7 @@ func TestStdinFormats(t *testing.T) {
 
 func TestStdinInvalidLines(t *testing.T) {
 	batches := conntest.Drain(t, openStdin(t, loadStdin(t, ""), strings.NewReader("{\"a\":1}\nnope\n{\"a\":2}\n")), 5*time.Second)
-	require.Equal(t, []map[string]any{{"a": 1.0}, {"a": 2.0}}, conntest.Fields(batches))
+	require.Equal(t, []map[string]any{{"a": int64(1)}, {"a": int64(2)}}, conntest.Fields(batches))
 	require.Equal(t, []conntest.Failure{{Fields: map[string]any{"raw": "nope"},
 		Err: `stdin:2: invalid JSON: a line must be a JSON object, not "nope"`}}, conntest.Failures(batches))
 
@@ -144,7 +144,10 @@ func TestStdoutErrorsAndLoad(t *testing.T) {
 	require.Equal(t, pipeline.AtLeastOnce, cfg.(*StdoutConfig).Guarantee())
 	s := openStdout(t, cfg, io.Discard)
 	err = s.Write(context.Background(), conntest.Records(map[string]any{"x": math.Inf(1)}))
-	require.EqualError(t, err, `stdout sink "out": json: unsupported value: +Inf`)
+	require.EqualError(t, err, `stdout sink "out": field "x": json: unsupported value: +Inf`)
+	var re *pipeline.SinkRecordError
+	require.ErrorAs(t, err, &re)
+	require.Zero(t, re.Index)
 
 	_, err = conntest.LoadSink(t, "stdout", "parallelism: 3")
 	require.ErrorContains(t, err, "a stdout sink runs with parallelism at most 1")

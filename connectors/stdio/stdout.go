@@ -62,12 +62,13 @@ func (s *stdoutSink) Open(_ context.Context, sc *pipeline.SinkContext) error {
 	return nil
 }
 
-// Write encodes the records into the buffer.
+// Write encodes the records into the buffer. A record that does not
+// encode is a pipeline.SinkRecordError; the records before it stay written.
 func (s *stdoutSink) Write(_ context.Context, batch []pipeline.Record) error {
 	for i := range batch {
 		buf, err := s.enc.Append(s.w.AvailableBuffer(), batch[i].Fields)
 		if err != nil {
-			return fmt.Errorf("stdout sink %q: %w", s.id, err)
+			return &pipeline.SinkRecordError{Index: i, Err: fmt.Errorf("stdout sink %q: %w", s.id, err)}
 		}
 		if _, err := s.w.Write(buf); err != nil {
 			return fmt.Errorf("stdout sink %q: %w", s.id, err)
