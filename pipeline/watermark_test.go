@@ -101,35 +101,6 @@ sinks:
 	require.IsNonDecreasing(t, wms)
 }
 
-func TestIdleSourceDoesNotHoldTheWatermark(t *testing.T) {
-	plan, cols := load(t, `
-version: 1
-name: idle
-sources:
-  - id: busy
-    type: seq
-    forever: true
-    event_time: n
-    watermark: {interval: 5ms}
-  - id: quiet
-    type: seq
-    silent: true
-    event_time: n
-    watermark: {interval: 5ms, idle_timeout: 20ms}
-steps:
-  - from: [busy, quiet]
-    wmlog: true
-sinks:
-  - id: out
-    type: collect
-`)
-	// quiet never read a record: it is idle at once and busy's watermark
-	// goes through: a watermark past 1000 arrives.
-	job := runUntilWatermark(t, plan, cols["out"], 1000)
-	job.Stop()
-	require.NoError(t, job.Wait())
-}
-
 // runUntilWatermark starts plan and returns once collector c received a
 // watermark record past wm; what c receives after that is not waited for.
 func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64) *pipeline.Job {
