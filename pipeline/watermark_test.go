@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -80,7 +81,7 @@ sinks:
 	// the watermark back).
 	job := runUntilWatermark(t, plan, c, 500)
 	job.Cancel()
-	require.ErrorIs(t, job.Wait(), context.Canceled)
+	require.ErrorIs(t, waitJob(t, job), context.Canceled)
 	// fast runs far ahead (n*100) and ends (+inf); slow never ends. The
 	// union's watermark is the minimum: never ahead of what slow has sent.
 	slowMax, fastSeen := int64(-1), false
@@ -109,7 +110,7 @@ func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{})
 	require.NoError(t, err)
 	for {
-		<-c.written
+		testkit.WaitFor(t, c.written, "the sink to write")
 		wms := watermarksOf(c.all())
 		if len(wms) > 0 && wms[len(wms)-1] > wm {
 			break
