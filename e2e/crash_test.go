@@ -29,6 +29,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/statestore"
 	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
@@ -511,7 +512,7 @@ func startEddy(t *testing.T, dir string, env map[string]string, args ...string) 
 	}()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		testkit.WaitFor(t, p.done, "the killed eddy to exit")
 		cancel()
 	})
 	return p
@@ -549,7 +550,7 @@ type procResult struct {
 
 func (p *proc) wait(t *testing.T) procResult {
 	t.Helper()
-	<-p.done
+	testkit.WaitFor(t, p.done, "eddy to exit")
 	p.cancel()
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {

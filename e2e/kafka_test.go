@@ -17,6 +17,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/eddy-stream/eddy/internal/testkit"
 )
 
 // Kafka chaos test: a keyed-window pipeline Kafka -> Kafka
@@ -93,7 +95,7 @@ func produceWindowInput(t *testing.T, brokers, topic string, base int64, n int) 
 			Value: sarama.StringEncoder(fmt.Sprintf(`{"i":%d,"key":%q,"v":%d,"ts":%d}`, i, key, i%100, eventTimeFrom(base, i))),
 		}
 	}
-	require.NoError(t, <-acked)
+	require.NoError(t, testkit.WaitFor(t, acked, "the broker to acknowledge the records"))
 	require.NoError(t, p.Close())
 }
 

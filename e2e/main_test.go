@@ -46,6 +46,11 @@ var (
 // instead of blocking it; no assertion depends on how long a run takes.
 const runTimeout = 3 * time.Minute
 
+// waitDelay bounds how long a Wait of a killed binary waits for its output
+// to be copied: a child it left behind that holds the pipes open cannot
+// make Wait hang.
+const waitDelay = 10 * time.Second
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(buildAndRun(m))
@@ -89,6 +94,7 @@ type result struct {
 func eddyCommand(ctx context.Context, dir string, env map[string]string, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, eddyBin, args...)
 	c.Dir = dir
+	c.WaitDelay = waitDelay
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "EDDY_") {
 			c.Env = append(c.Env, kv)

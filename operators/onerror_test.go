@@ -8,6 +8,7 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -126,7 +127,7 @@ func TestSubtasksShareNothing(t *testing.T) {
 			}()
 		}
 		for range 4 {
-			require.NoError(t, <-errs, step)
+			require.NoError(t, testkit.WaitFor(t, errs, "a goroutine of "+step), step)
 		}
 	}
 }

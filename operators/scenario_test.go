@@ -50,13 +50,48 @@ import (
 // a string), else strings. Every result must be expected: the file fails
 // if results are left unchecked at its end. Results of time windows must
 // carry the time window_end - 1.
+//
+// Every file runs against every state backend (scenarioBackends), as a
+// subtest named FILE/BACKEND.
 func TestWindowScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/windows/*.test")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".test"), func(t *testing.T) { runScenario(t, f) })
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".test"), func(t *testing.T) {
+			for _, bk := range scenarioBackends {
+				t.Run(bk.name, func(t *testing.T) { runScenario(t, f, bk.open) })
+			}
+		})
 	}
+}
+
+// openBackend opens a state backend with opts for the test t.
+type openBackend func(t testing.TB, opts statestore.Options) statestore.Backend
+
+// scenarioBackends lists the state backends every window scenario runs
+// against: a new backend adds one line here.
+var scenarioBackends = []struct {
+	name string
+	open openBackend
+}{
+	{"memory", func(t testing.TB, opts statestore.Options) statestore.Backend {
+		b, err := statestore.NewMemory(opts)
+		require.NoError(t, err)
+		return b
+	}},
+	{"bbolt", func(t testing.TB, opts statestore.Options) statestore.Backend {
+		b, err := statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: t.TempDir()})
+		require.NoError(t, err)
+		return b
+	}},
+	// A cache of one key: every access beyond the first key evicts, flushes
+	// and loads again, so the scenarios also read values back from the file.
+	{"bbolt-evicting", func(t testing.TB, opts statestore.Options) statestore.Backend {
+		b, err := statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: t.TempDir(), CacheEntries: 1})
+		require.NoError(t, err)
+		return b
+	}},
 }
 
 // scenario drives the window operator of one file.
@@ -66,7 +101,8 @@ type scenario struct {
 	line     int
 	cfg      pipeline.StepConfig
 	op       pipeline.Operator
-	backend  *statestore.Memory
+	openBk   openBackend
+	backend  statestore.Backend
 	out      *collector
 	late     *collector
 	metrics  *pipeline.Metrics
@@ -80,13 +116,13 @@ type scenario struct {
 	timeWin  bool
 }
 
-func runScenario(t *testing.T, file string) {
+func runScenario(t *testing.T, file string, open openBackend) {
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
 	step, script, ok := strings.Cut(string(data), "\n----\n")
 	require.True(t, ok, "%s: no ---- line after the step", file)
 	stepLines := 1 + strings.Count(step, "\n") + 1
-	s := newScenario(t, file, step)
+	s := newScenario(t, file, step, open)
 	lines := strings.Split(script, "\n")
 	for i := 0; i < len(lines); i++ {
 		s.line = stepLines + i + 1
@@ -147,7 +183,7 @@ func runScenario(t *testing.T, file string) {
 	s.expect("the end of the file (late)", nil, s.late)
 }
 
-func newScenario(t *testing.T, file, step string) *scenario {
+func newScenario(t *testing.T, file, step string, open openBackend) *scenario {
 	var body strings.Builder
 	body.WriteString("  - id: s\n")
 	for _, l := range strings.Split(strings.TrimRight(step, "\n"), "\n") {
@@ -159,7 +195,7 @@ func newScenario(t *testing.T, file, step string) *scenario {
 	spec, err := loadSteps(body.String())
 	require.NoError(t, err, "%s: the step does not load", file)
 	st := spec.Steps[0]
-	s := &scenario{t: t, file: file, cfg: st.Config, out: &collector{}, late: &collector{}, metrics: pipeline.NewMetrics(), policy: st.OnError}
+	s := &scenario{t: t, file: file, cfg: st.Config, out: &collector{}, late: &collector{}, metrics: pipeline.NewMetrics(), policy: st.OnError, openBk: open}
 	s.keyExprs = st.Config.(pipeline.KeyedStep).KeyExprs()
 	if kb, ok := st.Config.(*KeyByConfig); ok && kb.plan != nil {
 		s.timeWin = kb.plan.kind != kindCount && kb.plan.kind != kindGlobal
@@ -174,12 +210,11 @@ func (s *scenario) open(blobs [][]byte) {
 	t := s.t
 	op, err := s.cfg.NewOperator()
 	require.NoError(t, err)
-	backend, err := statestore.NewMemory(statestore.Options{
+	backend := s.openBk(t, statestore.Options{
 		KeyGroup:  func(key string) int { return pipeline.KeyGroup(key, 128) },
 		KeyGroups: [2]int{0, 128},
 		Clock:     func() int64 { return s.clock },
 	})
-	require.NoError(t, err)
 	require.NoError(t, backend.Restore(blobs...))
 	oc := &pipeline.OperatorContext{
 		SubtaskInfo: s.info,

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	_ "github.com/eddy-stream/eddy/connectors/all" // file and generator sources
+	"github.com/eddy-stream/eddy/internal/testkit"
 	_ "github.com/eddy-stream/eddy/operators"
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -100,15 +102,9 @@ func startPipeline(t *testing.T, yaml string) *pipeline.Job {
 func runPipeline(t *testing.T, yaml string) {
 	t.Helper()
 	job := startPipeline(t, yaml)
-	done := make(chan error, 1)
-	go func() { done <- job.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(time.Minute):
-		job.Cancel()
-		t.Fatal("the pipeline did not end")
-	}
+	t.Cleanup(job.Cancel)
+	testkit.WaitFor(t, job.Done(), "the pipeline to end")
+	require.NoError(t, job.Wait())
 }
 
 // Out-of-order records within the bound, one too late for its window (to
@@ -225,8 +221,13 @@ sinks:
 // An idle input does not hold the watermark back: with idle_timeout, a
 // followed empty file stops counting and the windows of the other source
 // fire while the pipeline still runs. The generator runs for 0.8s, well
-// after the file is idle (50ms).
+// after the file is idle (50ms). The generator's rate, the file's polling
+// and the watermark's timers run on a synctest bubble's fake clock.
 func TestWindowRuntimeIdleSource(t *testing.T) {
+	synctest.Test(t, testWindowRuntimeIdleSource)
+}
+
+func testWindowRuntimeIdleSource(t *testing.T) {
 	reset("e2e_idle")
 	dir := t.TempDir()
 	empty := writeLines(t, dir, "empty.jsonl")
@@ -264,7 +265,10 @@ sinks:
     type: window_test_collect
     name: e2e_idle
 `)
-	defer job.Cancel()
+	t.Cleanup(func() {
+		job.Cancel()
+		_ = job.Wait()
+	})
 	// ts 0..19.5s every 0.5s: 4 windows of 10 records, 5 per key.
 	want := []string{}
 	for w := int64(0); w < 20000; w += 5000 {
@@ -273,11 +277,54 @@ sinks:
 		}
 	}
 	slices.Sort(want)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(results("e2e_idle")) < len(want) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The generator ends after 0.8s (40 records at 50/s); the job then
+	// runs on, its file source followed.
+	time.Sleep(time.Second)
+	synctest.Wait()
+	require.Equal(t, want, results("e2e_idle"), "every window fired while the pipeline runs")
 	job.Stop()
+	testkit.WaitFor(t, job.Done(), "the pipeline to stop")
 	require.NoError(t, job.Wait())
 	require.Equal(t, want, results("e2e_idle"))
+}
+
+// A processing-time window fires on the task's processing-time timer at
+// its end (window_end - 1), while the pipeline runs: the generator's rate
+// and the timer run on a synctest bubble's fake clock, which starts at a
+// multiple of 10s.
+func TestWindowRuntimeProcessingTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reset("e2e_pt")
+		start := time.Now().UnixMilli()
+		require.Zero(t, start%10_000)
+		job := startPipeline(t, `version: 1
+name: windows-pt
+sources:
+  - id: events
+    type: generator
+    rate: 1
+    fields:
+      id: '"k"'
+steps:
+  - id: per_key
+    key_by: id
+    window: {type: tumbling, size: 10s}
+    aggregate: {n: count()}
+sinks:
+  - id: out
+    type: window_test_collect
+    name: e2e_pt
+`)
+		t.Cleanup(func() {
+			job.Cancel()
+			_ = job.Wait()
+		})
+		time.Sleep(10*time.Second - 2*time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, results("e2e_pt"), "2ms before the window's end")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{fmt.Sprintf(`{"_firing":"on_time","id":"k","n":10,"window_end":%d,"window_start":%d}@%d`,
+			start+10_000, start, start+9_999)}, results("e2e_pt"), "at window_end - 1")
+	})
 }

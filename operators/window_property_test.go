@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -225,7 +226,7 @@ func checkAgainstReference(t *testing.T, rng *rand.Rand, c propConfig) {
 
 	// Restore the snapshot into a new operator; with the watermark it had
 	// seen, the rest of the input gives the same results.
-	e := <-encoded
+	e := testkit.WaitFor(t, encoded, "the snapshot to encode")
 	require.NoError(t, e.err)
 	q := openPropOp(t, cfg, e.blobs)
 	if snapWM != pipeline.MinWatermark {

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -74,7 +76,12 @@ sinks:
 // the barrier of one input is stuck behind a step that does not move, the
 // checkpoint times out, and the other input flows again (Flink's
 // notifyCheckpointAborted). Without the release it would wait for good.
+// The checkpoint interval and timeout run on a synctest bubble's fake clock.
 func TestAbortedCheckpointReleasesAlignment(t *testing.T) {
+	synctest.Test(t, testAbortedCheckpointReleasesAlignment)
+}
+
+func testAbortedCheckpointReleasesAlignment(t *testing.T) {
 	gate := make(chan struct{})
 	plan, col := loadGated(t, "abort", "{interval: 20ms, timeout: 100ms, tolerable_failures: 1000}", gate, nil)
 	fromMoving := func() int {
@@ -98,17 +105,18 @@ func TestAbortedCheckpointReleasesAlignment(t *testing.T) {
 	defer func() {
 		release()
 		job.Cancel()
-		_ = job.Wait()
+		_ = waitJob(t, job)
 	}()
 
 	// Each aborted checkpoint lets the moving input's records behind its
 	// barrier through, until the next barrier holds it again. The count at
 	// the first failure may already include the first release (the abort
 	// races the log line), so look three aborts later.
-	first := (<-failed.lines)["checkpoint"].Int64()
+	first := testkit.WaitFor(t, failed.lines, "a checkpoint to fail")["checkpoint"].Int64()
 	before := fromMoving()
 	seen := 1
-	for l := range failed.lines {
+	for {
+		l := testkit.WaitFor(t, failed.lines, "more checkpoints to fail")
 		seen++
 		if l["checkpoint"].Int64() >= first+3 {
 			break

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/eddy-stream/eddy/pipeline"
@@ -58,7 +59,7 @@ func TestCheckpointsSurviveCrashes(t *testing.T) {
 				job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: store.latest()})
 				require.NoError(t, err)
 				if attempt == 4 {
-					require.NoError(t, job.Wait())
+					require.NoError(t, waitJob(t, job))
 					break
 				}
 				// Crash once one or two more checkpoints completed, or at the end.
@@ -72,7 +73,7 @@ func TestCheckpointsSurviveCrashes(t *testing.T) {
 					}
 				}
 				job.Cancel()
-				if err := job.Wait(); err != nil {
+				if err := waitJob(t, job); err != nil {
 					crashes++
 				}
 			}
@@ -125,7 +126,7 @@ func TestRestoreRefusesToDropState(t *testing.T) {
 
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: restored, AllowNonRestoredState: true})
 	require.NoError(t, err)
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 }
 
 // heldStore holds the Puts of checkpoint 1 until a later checkpoint
@@ -157,14 +158,13 @@ func (p *heldPending) Put(part string, blob []byte) error {
 		p.s.held.Add(1)
 		<-p.s.started
 		<-p.s.later
-		// No signal says "Wait would have returned by now": the window
-		// is only wide enough that a job which does not wait for this
-		// Put ends inside it (it ends within milliseconds of its final
-		// checkpoint). The test cannot fail because it is slow.
+		// The test runs in a synctest bubble: the fake clock moves on
+		// only once every other goroutine of the job is blocked, so a
+		// job that does not wait for this Put has ended by then.
 		select {
 		case <-p.s.job.Done():
 			p.s.late.Add(1)
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 	return p.PendingCheckpoint.Put(part, blob)
@@ -183,6 +183,10 @@ func (p *heldPending) Complete(ctx context.Context) error {
 // Wait return) while those writes still run, as the caller closes the
 // store after Wait.
 func TestJobEndWaitsForSnapshotWriters(t *testing.T) {
+	synctest.Test(t, testJobEndWaitsForSnapshotWriters)
+}
+
+func testJobEndWaitsForSnapshotWriters(t *testing.T) {
 	text := strings.Replace(fmt.Sprintf(exactlyOnceText, "exactly_once", 2), "interval: 5ms", "interval: 1ms\n  timeout: 1h", 1)
 	plan, _ := load(t, text)
 	log := newTxnLog()
@@ -192,7 +196,9 @@ func TestJobEndWaitsForSnapshotWriters(t *testing.T) {
 	require.NoError(t, err)
 	store.job = job
 	close(store.started)
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
+	// A Put the job did not wait for sees it ended once it runs.
+	synctest.Wait()
 
 	require.Positive(t, store.held.Load(), "checkpoint 1 wrote parts")
 	require.Zero(t, store.late.Load(), "writes of checkpoint 1 that went on after the job ended")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -26,6 +27,9 @@ type seqSourceConfig struct {
 	Silent bool `yaml:"silent"`
 	// Pace sleeps a millisecond per batch of 100 records.
 	Pace bool `yaml:"pace"`
+	// Hold makes a bounded source unbounded: after count records it reads
+	// nothing more until it is stopped.
+	Hold bool `yaml:"hold"`
 }
 
 func (c *seqSourceConfig) Validate() error { return nil }
@@ -58,7 +62,14 @@ func (s *seqSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	}
 	for range 100 {
 		if !s.cfg.Forever && s.next >= s.cfg.Count {
-			return io.EOF
+			if !s.cfg.Hold {
+				return io.EOF
+			}
+			if len(b.Records) > 0 {
+				break // this batch ends here; the next Read holds
+			}
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		k := 0
 		if s.cfg.Keys > 0 {
@@ -275,6 +286,14 @@ func load(t *testing.T, text string) (*pipeline.Plan, map[string]*collector) {
 		}
 	}
 	return plan, cols
+}
+
+// waitJob waits for job to end and returns Wait's error; the test fails,
+// saying so, if the job hangs.
+func waitJob(t testing.TB, job *pipeline.Job) error {
+	t.Helper()
+	testkit.WaitFor(t, job.Done(), "the job to end")
+	return job.Wait()
 }
 
 func run(t *testing.T, plan *pipeline.Plan) {

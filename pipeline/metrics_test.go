@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -96,7 +97,7 @@ sinks: [{id: out, type: collect}]
 		}
 	}
 	job.Stop()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	ended := time.Now()
 	for len(complete.lines) > 0 {
 		lines = append(lines, <-complete.lines)
@@ -176,20 +177,20 @@ func TestTaskCheckpointGauges(t *testing.T) {
 	require.NoError(t, err)
 	defer func() {
 		job.Cancel()
-		_ = job.Wait()
+		_ = waitJob(t, job)
 	}()
 
-	<-entered // the stuck source's task is inside the gate
+	testkit.WaitFor(t, entered, "the stuck source's task to enter the gate")
 	result := make(chan error, 1)
 	go func() {
 		_, err := job.TriggerSavepoint(context.Background(), t.TempDir())
 		result <- err
 	}()
-	<-triggered.lines
+	testkit.WaitFor(t, triggered.lines, "the savepoint to be triggered")
 	const hold = 50 * time.Millisecond
 	time.Sleep(hold) // what the gauges measure, not a synchronisation
 	close(gate)
-	require.NoError(t, <-result)
+	require.NoError(t, testkit.WaitFor(t, result, "the savepoint"))
 
 	gauge := func(name, task string) float64 {
 		return gathered(t, metrics.Registry, name, "id", task, "subtask", "0").GetGauge().GetValue()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -192,7 +193,7 @@ sinks:
 	const bound = 2 * ((2+2)*10 + 4*100)
 	written := 0
 	for written < 2000 {
-		written += <-c.written
+		written += testkit.WaitFor(t, c.written, "the sink to write")
 		read := pipeline.CounterValue(metrics.RecordsOut(info("nums")))
 		sunk := pipeline.CounterValue(metrics.RecordsIn(info("out")))
 		require.LessOrEqual(t, read-sunk, float64(bound), "records in flight")
@@ -202,7 +203,7 @@ sinks:
 		for range c.written {
 		}
 	}()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	require.Equal(t, pipeline.CounterValue(metrics.RecordsOut(info("nums"))), pipeline.CounterValue(metrics.RecordsIn(info("out"))),
 		"a graceful stop drains everything read")
 }
@@ -230,26 +231,26 @@ sinks:
   - id: out
     type: collect
 `)
+	// Every task acks each checkpoint: 2+2 source tasks, 3 keyed tasks and
+	// 2 sink tasks (the sink is not chained: its parallelism differs).
 	var mu sync.Mutex
 	acks := map[int64][]pipeline.Ack{}
+	allAcked := make(chan struct{})
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{OnAck: func(a pipeline.Ack) {
 		mu.Lock()
 		acks[a.Checkpoint] = append(acks[a.Checkpoint], a)
+		if a.Checkpoint == 3 && len(acks[3]) == 9 {
+			close(allAcked)
+		}
 		mu.Unlock()
 	}})
 	require.NoError(t, err)
 	for id := int64(1); id <= 3; id++ {
 		require.NoError(t, job.TriggerCheckpoint(context.Background(), pipeline.Barrier{ID: id}))
 	}
-	// Every task acks each checkpoint: 2+2 source tasks, 3 keyed tasks and
-	// 2 sink tasks (the sink is not chained: its parallelism differs).
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acks[3]) == 9
-	}, 30*time.Second, time.Millisecond)
+	testkit.WaitFor(t, allAcked, "every task to ack checkpoint 3")
 	job.Stop()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	mu.Lock()
 	defer mu.Unlock()
 	for id := int64(1); id <= 3; id++ {

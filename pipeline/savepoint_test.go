@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -212,7 +213,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			require.Equal(t, filepath.Join(dir, pipeline.SavepointFileName(sp.ID, sp.Time)), sp.Path)
 			require.True(t, store.meta(sp.ID).Savepoint, "the savepoint's checkpoint is marked as one")
 			job.Cancel() // a crash: what the job did after the savepoint is lost
-			require.ErrorIs(t, job.Wait(), context.Canceled)
+			require.ErrorIs(t, waitJob(t, job), context.Canceled)
 
 			cp, meta, next := openSavepoint(t, sp.Path)
 			require.Equal(t, sp.ID, cp.ID())
@@ -233,7 +234,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			metrics := pipeline.NewMetrics()
 			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: pipeline.RestoredFrom(cp), Metrics: metrics})
 			require.NoError(t, err)
-			require.NoError(t, job2.Wait())
+			require.NoError(t, waitJob(t, job2))
 			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
 			require.Equal(t, float64(sp.ID), gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 			// A later job of the same run that starts empty clears it.
@@ -256,7 +257,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	job := startReading(t, plan, pipeline.JobOptions{Store: store})
 	dir := t.TempDir()
 	require.NoError(t, job.StopWithSavepoint(context.Background(), dir))
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	sp, err := job.FinalSavepoint()
 	require.NoError(t, err)
 	require.True(t, sp.Final)
@@ -292,7 +293,7 @@ func TestSavepointOutlivesRetention(t *testing.T) {
 	for i := range sps {
 		wg.Go(func() { sps[i], errs[i] = job.TriggerSavepoint(context.Background(), dir) })
 	}
-	wg.Wait()
+	testkit.Wait(t, "the savepoints", wg.Wait)
 	ids := map[int64]bool{}
 	for i, sp := range sps {
 		require.NoError(t, errs[i])
@@ -316,7 +317,7 @@ func TestSavepointOutlivesRetention(t *testing.T) {
 		}
 	}
 	job.Stop()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	store.mu.Lock()
 	for id, meta := range store.metas {
 		require.Equal(t, ids[id], meta.Savepoint, "checkpoint %d", id)
@@ -385,7 +386,7 @@ func TestSavepointFailuresLeaveTheJobRunning(t *testing.T) {
 	require.Equal(t, int64(2), stats.LatestFailed.ID)
 	require.Equal(t, int64(3), stats.LatestCompleted.ID)
 	job.Stop()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	_, err = job.TriggerSavepoint(context.Background(), dir)
 	require.ErrorIs(t, err, pipeline.ErrJobEnding)
 }
@@ -400,13 +401,13 @@ func TestSavepointErrors(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrNoCheckpoints)
 	require.ErrorIs(t, job.StopWithSavepoint(context.Background(), t.TempDir()), pipeline.ErrNoCheckpoints)
 	job.Stop()
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 
 	log := newTxnLog()
 	plan = loadSavepointPlan(t, log, "1h", "exactly_once", 3, "count: 10")
 	job, err = pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3)})
 	require.NoError(t, err)
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	_, err = job.TriggerSavepoint(context.Background(), t.TempDir())
 	require.ErrorIs(t, err, pipeline.ErrJobEnding)
 	require.ErrorIs(t, job.StopWithSavepoint(context.Background(), t.TempDir()), pipeline.ErrJobEnding)
@@ -527,7 +528,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 	sp, err := job.TriggerSavepoint(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	job.Cancel()
-	require.ErrorIs(t, job.Wait(), context.Canceled)
+	require.ErrorIs(t, waitJob(t, job), context.Canceled)
 
 	cp, err := statestore.OpenSavepoint(sp.Path)
 	require.NoError(t, err)

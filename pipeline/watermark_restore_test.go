@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -15,8 +16,13 @@ import (
 // late before the crash is late after it, and the watermark downstream
 // never goes back. The odd records are 50ms behind the even ones, so a
 // source that restarted from nothing would first emit a watermark below
-// the one of the checkpoint.
+// the one of the checkpoint. In a synctest bubble, the test's polling and
+// the source's pace run on the fake clock.
 func TestRestoreKeepsTheSourceWatermark(t *testing.T) {
+	synctest.Test(t, testRestoreKeepsTheSourceWatermark)
+}
+
+func testRestoreKeepsTheSourceWatermark(t *testing.T) {
 	text := `
 version: 1
 name: wm
@@ -47,7 +53,7 @@ sinks:
 		}
 	}
 	job.Cancel()
-	_ = job.Wait()
+	_ = waitJob(t, job)
 
 	restored := store.latest()
 	b, err := restored.Get("wm/nums/0")
@@ -68,7 +74,7 @@ sinks:
 		wms = watermarksOf(cols["out"].all())
 	}
 	job.Cancel()
-	_ = job.Wait()
+	_ = waitJob(t, job)
 	require.Equal(t, wm, wms[0], "the first watermark after the restore is the checkpoint's")
 	for _, w := range wms {
 		require.GreaterOrEqual(t, w, wm, "a watermark below the checkpoint's after the restore")

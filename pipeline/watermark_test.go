@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -82,7 +83,7 @@ sinks:
 	// the watermark back).
 	job := runUntilWatermark(t, plan, c, 500)
 	job.Cancel()
-	require.ErrorIs(t, job.Wait(), context.Canceled)
+	require.ErrorIs(t, waitJob(t, job), context.Canceled)
 	// fast runs far ahead (n*100) and ends (+inf); slow never ends. The
 	// union's watermark is the minimum: never ahead of what slow has sent.
 	slowMax, fastSeen := int64(-1), false
@@ -103,35 +104,6 @@ sinks:
 	require.IsNonDecreasing(t, wms)
 }
 
-func TestIdleSourceDoesNotHoldTheWatermark(t *testing.T) {
-	plan, cols := load(t, `
-version: 1
-name: idle
-sources:
-  - id: busy
-    type: seq
-    forever: true
-    event_time: n
-    watermark: {interval: 5ms}
-  - id: quiet
-    type: seq
-    silent: true
-    event_time: n
-    watermark: {interval: 5ms, idle_timeout: 20ms}
-steps:
-  - from: [busy, quiet]
-    wmlog: true
-sinks:
-  - id: out
-    type: collect
-`)
-	// quiet never read a record: it is idle at once and busy's watermark
-	// goes through: a watermark past 1000 arrives.
-	job := runUntilWatermark(t, plan, cols["out"], 1000)
-	job.Stop()
-	require.NoError(t, job.Wait())
-}
-
 // runUntilWatermark starts plan and returns once collector c received a
 // watermark record past wm; what c receives after that is not waited for.
 func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64) *pipeline.Job {
@@ -140,7 +112,7 @@ func runUntilWatermark(t *testing.T, plan *pipeline.Plan, c *collector, wm int64
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{})
 	require.NoError(t, err)
 	for {
-		<-c.written
+		testkit.WaitFor(t, c.written, "the sink to write")
 		wms := watermarksOf(c.all())
 		if len(wms) > 0 && wms[len(wms)-1] > wm {
 			break

@@ -256,7 +256,7 @@ loop:
 			break loop
 		}
 	}
-	require.NoError(t, job.Wait())
+	require.NoError(t, waitJob(t, job))
 	require.Equal(t, count, held, "every record was held by some checkpoint")
 	t.Logf("%d checkpoints", checkpoints)
 	requireEach(t, log, count, 1)

@@ -19,6 +19,7 @@ import (
 
 	_ "github.com/eddy-stream/eddy/connectors/generator" // the source of the pipeline test
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
+	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -501,7 +502,7 @@ func TestKafkaSinkCarriesCommitsInProgress(t *testing.T) {
 			sinkWrite(t, s, 0, 10)
 			c1 := sinkPreCommit(t, s, 1)
 			require.NoError(t, s.Commit(context.Background(), [][]byte{c1}))
-			first := <-started // the commit of checkpoint 1 is in progress
+			first := testkit.WaitFor(t, started, "the commit of checkpoint 1 to start") // it is in progress
 			sinkWrite(t, s, 10, 20)
 			c2 := sinkPreCommit(t, s, 2)
 			cs, err := decodeCommittables(c2)

@@ -20,6 +20,7 @@ import (
 
 	_ "github.com/eddy-stream/eddy/connectors/file" // the file sink of the pipeline test
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
+	"github.com/eddy-stream/eddy/internal/testkit"
 	_ "github.com/eddy-stream/eddy/operators" // the set step of the pipeline test
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -825,7 +826,7 @@ func TestKafkaSourceReadCancel(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- src.Read(ctx, &pipeline.ReadBatch{}) }()
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testkit.WaitFor(t, done, "Read to return after its context was cancelled"), context.Canceled)
 	require.NoError(t, src.Close(context.Background()))
 }
 
