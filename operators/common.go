@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
 // exprOp is the per-subtask state that every expression operator shares: its
 // own VM and the step's error handler. Embed it and implement Process.
 type exprOp struct {
-	vm     pipeline.VM
+	vm     expr.VM
 	errors *pipeline.ErrorHandler
 }
 
@@ -91,8 +92,8 @@ func nestedHint(path string) string {
 	return fmt.Sprintf(`; to change a nested field, rebuild its parent with set, e.g. %s: '{"%s": ..., "other": %s.other}'`, parent, child, parent)
 }
 
-// exprNames returns the names of an ExprMap.
-func exprNames(m pipeline.ExprMap) []string {
+// exprNames returns the names of an expr.Map.
+func exprNames(m expr.Map) []string {
 	names := make([]string, len(m))
 	for i := range m {
 		names[i] = m[i].Name

@@ -11,6 +11,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/parser"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -97,7 +98,7 @@ func validateContinuousAggregate(c *KeyByConfig) error {
 
 // plainFieldName returns the field name when e reads nothing but one
 // top-level record field, else "".
-func plainFieldName(e *pipeline.Expr) string {
+func plainFieldName(e *expr.Expr) string {
 	tree, err := parser.Parse(e.Source)
 	if err != nil {
 		return ""
@@ -108,7 +109,7 @@ func plainFieldName(e *pipeline.Expr) string {
 	}
 	if e.Program() != nil {
 		// A name the compiler resolves otherwise (a builtin) is not a field.
-		var vm pipeline.VM
+		var vm expr.VM
 		probe := new(int)
 		if got, err := vm.Eval(e, map[string]any{id.Value: probe}); err != nil || got != any(probe) {
 			return ""
@@ -131,7 +132,7 @@ type continuousOp struct {
 	composite bool
 	width     int // fields of an output row
 
-	vm     pipeline.VM
+	vm     expr.VM
 	errors *pipeline.ErrorHandler
 	rows   statestore.AggregatingState[continuousIn, *aggRow, *aggRow]
 

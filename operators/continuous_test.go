@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	_ "github.com/eddy-stream/eddy/connectors/all" // file and generator, for the runtime tests
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -28,8 +29,8 @@ type keyedHarness struct {
 	t       testing.TB
 	step    *pipeline.StepSpec
 	op      pipeline.Operator
-	keys    []*pipeline.Expr
-	vm      pipeline.VM
+	keys    []*expr.Expr
+	vm      expr.VM
 	info    pipeline.SubtaskInfo
 	metrics *pipeline.Metrics
 	backend statestore.Backend

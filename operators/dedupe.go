@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -52,8 +53,8 @@ func (c *DedupeConfig) Validate() error {
 
 // KeyExprs implements pipeline.KeyedStep: the runtime partitions the input
 // by the dedupe key.
-func (c *DedupeConfig) KeyExprs() []*pipeline.Expr {
-	out := make([]*pipeline.Expr, len(c.Dedupe))
+func (c *DedupeConfig) KeyExprs() []*expr.Expr {
+	out := make([]*expr.Expr, len(c.Dedupe))
 	for i := range c.Dedupe {
 		out[i] = &c.Dedupe[i]
 	}

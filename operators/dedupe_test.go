@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -132,12 +133,12 @@ func TestDedupeWakeAt(t *testing.T) {
 func TestDedupeKeepsRecords(t *testing.T) {
 	h := newKeyedHarness(t, stepYAML("dedupe: [user, 'lower(order)']\n    within: 1h"))
 	r := h.rec(7, fields{"user": 1, "order": "A", "x": 1.5})
-	r.Meta = &pipeline.Meta{Offset: 3}
+	r.Meta = &expr.Meta{Offset: 3}
 	dup := h.rec(8, fields{"user": 1, "order": "a"})
 	other := h.rec(9, fields{"user": 2, "order": "a"})
 	out := h.mustProcess(r, dup, other)
 	require.Equal(t, []pipeline.Record{
-		{Fields: fields{"user": 1, "order": "A", "x": 1.5}, Time: 7, Key: r.Key, Meta: &pipeline.Meta{Offset: 3}},
+		{Fields: fields{"user": 1, "order": "A", "x": 1.5}, Time: 7, Key: r.Key, Meta: &expr.Meta{Offset: 3}},
 		{Fields: fields{"user": 2, "order": "a"}, Time: 9, Key: other.Key},
 	}, out)
 }

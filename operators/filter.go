@@ -3,6 +3,7 @@ package operators
 import (
 	"fmt"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -22,7 +23,7 @@ func init() {
 type FilterConfig struct {
 	// Filter is the predicate; the loader rejects an expression whose type
 	// is known not to be bool.
-	Filter pipeline.Expr `yaml:"filter" expr:"bool"`
+	Filter expr.Expr `yaml:"filter" expr:"bool"`
 }
 
 // Validate requires the expression.
@@ -40,7 +41,7 @@ func (c *FilterConfig) NewOperator() (pipeline.Operator, error) {
 
 type filterOp struct {
 	exprOp
-	pred *pipeline.Expr
+	pred *expr.Expr
 }
 
 // Process keeps the records whose predicate is true, compacted to the front
@@ -49,7 +50,7 @@ type filterOp struct {
 func (o *filterOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	kept := 0
 	for i := range in {
-		v, err := o.vm.EvalRecord(o.pred, &in[i])
+		v, err := o.vm.EvalRecord(o.pred, in[i].Fields, in[i].Meta)
 		if err != nil {
 			err = &evalError{kind: "filter", src: o.pred.Source, err: err}
 		} else if b, ok := v.(bool); !ok {

@@ -3,6 +3,7 @@ package operators
 import (
 	"testing"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -28,10 +29,10 @@ func TestFilter(t *testing.T) {
 			name: "keeps time key and meta",
 			step: `filter: name == "a"`,
 			in: []pipeline.Record{
-				{Fields: fields{"name": "a"}, Time: 7, Key: "k", Meta: &pipeline.Meta{Partition: 3}},
+				{Fields: fields{"name": "a"}, Time: 7, Key: "k", Meta: &expr.Meta{Partition: 3}},
 				{Fields: fields{"name": "b"}, Time: 8},
 			},
-			want: []pipeline.Record{{Fields: fields{"name": "a"}, Time: 7, Key: "k", Meta: &pipeline.Meta{Partition: 3}}},
+			want: []pipeline.Record{{Fields: fields{"name": "a"}, Time: 7, Key: "k", Meta: &expr.Meta{Partition: 3}}},
 		},
 		{
 			name: "missing field in comparison is a record error",
@@ -84,11 +85,11 @@ func TestFilterErrorText(t *testing.T) {
 		"one line: no source snippet")
 }
 
-// A predicate compiled without the loader's bool check (pipeline.MustExpr)
+// A predicate compiled without the loader's bool check (expr.MustExpr)
 // still fails a record that is not a bool, with ErrResultType.
 func TestFilterResultType(t *testing.T) {
 	h := newHarness(t, stepYAML("filter: flag\n    on_error: fail"))
-	h.op.(*filterOp).pred = pipeline.MustExpr("flag")
+	h.op.(*filterOp).pred = expr.MustExpr("flag")
 	out, err := h.process(rec(fields{"flag": true}), rec(fields{"flag": nil}))
 	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	require.ErrorIs(t, err, ErrResultType)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -23,7 +24,7 @@ func init() {
 //	    flat_map: 'map(items, ({"order": order_id, "sku": #.sku}))'
 type FlatMapConfig struct {
 	// FlatMap returns a list (or nil, for no records).
-	FlatMap pipeline.Expr `yaml:"flat_map"`
+	FlatMap expr.Expr `yaml:"flat_map"`
 }
 
 // Validate requires the expression and rejects one whose type is known at
@@ -51,7 +52,7 @@ func (c *FlatMapConfig) NewOperator() (pipeline.Operator, error) {
 
 type flatMapOp struct {
 	exprOp
-	list *pipeline.Expr
+	list *expr.Expr
 	// out collects a batch's output; reused across batches.
 	out []pipeline.Record
 }
@@ -64,7 +65,7 @@ type flatMapOp struct {
 func (o *flatMapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	o.out = o.out[:0]
 	for i := range in {
-		v, err := o.vm.EvalRecord(o.list, &in[i])
+		v, err := o.vm.EvalRecord(o.list, in[i].Fields, in[i].Meta)
 		if err != nil {
 			err = &evalError{kind: "flat_map", src: o.list.Source, err: err}
 		} else {

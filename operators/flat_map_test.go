@@ -3,12 +3,13 @@ package operators
 import (
 	"testing"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
 
 func TestFlatMap(t *testing.T) {
-	meta := &pipeline.Meta{Partition: 2, Offset: 40}
+	meta := &expr.Meta{Partition: 2, Offset: 40}
 	runCases(t, []opCase{
 		{
 			name: "map elements become fields, others become value",

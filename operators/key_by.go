@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"go.yaml.in/yaml/v3"
@@ -55,13 +56,13 @@ type KeyByConfig struct {
 }
 
 // KeyList is one expression or a list of them (a composite key).
-type KeyList []pipeline.Expr
+type KeyList []expr.Expr
 
 // UnmarshalYAML accepts a scalar expression or a list of them.
 func (l *KeyList) UnmarshalYAML(n *yaml.Node) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		var e pipeline.Expr
+		var e expr.Expr
 		if err := e.UnmarshalYAML(n); err != nil {
 			return err
 		}
@@ -99,8 +100,8 @@ func (c *KeyByConfig) Validate() error {
 }
 
 // KeyExprs implements pipeline.KeyedStep.
-func (c *KeyByConfig) KeyExprs() []*pipeline.Expr {
-	out := make([]*pipeline.Expr, len(c.KeyBy))
+func (c *KeyByConfig) KeyExprs() []*expr.Expr {
+	out := make([]*expr.Expr, len(c.KeyBy))
 	for i := range c.KeyBy {
 		out[i] = &c.KeyBy[i]
 	}

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -22,7 +23,7 @@ func init() {
 type MapConfig struct {
 	// Map lists the fields of the new record; every expression sees the
 	// input record.
-	Map pipeline.ExprMap `yaml:"map"`
+	Map expr.Map `yaml:"map"`
 }
 
 // Validate requires at least one field; names are top-level, without '.'.
@@ -40,7 +41,7 @@ func (c *MapConfig) NewOperator() (pipeline.Operator, error) {
 
 type mapOp struct {
 	exprOp
-	fields pipeline.ExprMap
+	fields expr.Map
 }
 
 // Process gives each record a new map holding just the listed fields, each
@@ -53,7 +54,7 @@ func (o *mapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		var err error
 		for j := range o.fields {
 			e := &o.fields[j]
-			v, eerr := o.vm.EvalRecord(&e.Expr, &in[i])
+			v, eerr := o.vm.EvalRecord(&e.Expr, in[i].Fields, in[i].Meta)
 			if eerr != nil {
 				err = &evalError{kind: "map", field: e.Name, src: e.Expr.Source, err: eerr}
 				break

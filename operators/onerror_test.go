@@ -8,6 +8,7 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
@@ -48,7 +49,7 @@ func TestOnError(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", k.step, policy), func(t *testing.T) {
 				h := newHarness(t, stepYAML(k.step+"\n    on_error: "+policy.String()))
 				require.Equal(t, policy, h.step.OnError)
-				meta := &pipeline.Meta{Offset: 3}
+				meta := &expr.Meta{Offset: 3}
 				bad := pipeline.Record{Fields: maps.Clone(k.bad), Time: 42, Meta: meta}
 				out, err := h.process(rec(maps.Clone(k.good)), bad, rec(maps.Clone(k.good)))
 				require.Equal(t, float64(1), h.errorCount())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -108,8 +109,8 @@ type scenario struct {
 	metrics  *pipeline.Metrics
 	info     pipeline.SubtaskInfo
 	policy   pipeline.OnError
-	keyExprs []*pipeline.Expr
-	vm       pipeline.VM
+	keyExprs []*expr.Expr
+	vm       expr.VM
 	clock    int64
 	wake     int64
 	batch    []pipeline.Record

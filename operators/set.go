@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -21,7 +22,7 @@ func init() {
 //	      hot: temp_c > 30      # sees temp_c set just above
 type SetConfig struct {
 	// Set lists the fields to assign, in order.
-	Set pipeline.ExprMap `yaml:"set"`
+	Set expr.Map `yaml:"set"`
 }
 
 // Validate requires at least one field; names are top-level, without '.'.
@@ -39,7 +40,7 @@ func (c *SetConfig) NewOperator() (pipeline.Operator, error) {
 
 type setOp struct {
 	exprOp
-	fields pipeline.ExprMap // shared by all subtasks, read only
+	fields expr.Map // shared by all subtasks, read only
 	// prior holds, while one record is processed, the values that fields
 	// 0..n-2 had before this step assigned them, to restore a record whose
 	// later expression fails.
@@ -67,7 +68,7 @@ func (o *setOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		var err error
 		for j := range o.fields {
 			e := &o.fields[j]
-			v, eerr := o.vm.EvalRecord(&e.Expr, &in[i])
+			v, eerr := o.vm.EvalRecord(&e.Expr, in[i].Fields, in[i].Meta)
 			if eerr != nil {
 				o.restore(f, j)
 				err = &evalError{kind: "set", field: e.Name, src: e.Expr.Source, err: eerr}

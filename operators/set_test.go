@@ -3,6 +3,7 @@ package operators
 import (
 	"testing"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -24,8 +25,8 @@ func TestSet(t *testing.T) {
 		{
 			name: "keeps time key and meta",
 			step: "set: {y: 1}",
-			in:   []pipeline.Record{{Fields: fields{}, Time: 5, Key: "k", Meta: &pipeline.Meta{Offset: 9}}},
-			want: []pipeline.Record{{Fields: fields{"y": 1}, Time: 5, Key: "k", Meta: &pipeline.Meta{Offset: 9}}},
+			in:   []pipeline.Record{{Fields: fields{}, Time: 5, Key: "k", Meta: &expr.Meta{Offset: 9}}},
+			want: []pipeline.Record{{Fields: fields{"y": 1}, Time: 5, Key: "k", Meta: &expr.Meta{Offset: 9}}},
 		},
 		{
 			name: "nil fields get a map",

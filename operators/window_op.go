@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -28,7 +29,7 @@ type windowOp struct {
 	specs      agg.Specs
 	lateOutput string
 
-	vm       pipeline.VM
+	vm       expr.VM
 	errs     *pipeline.ErrorHandler
 	late     pipeline.Emitter // nil: late records are dropped
 	dropped  prometheus.Counter

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -93,7 +94,7 @@ func TestKeyFieldNames(t *testing.T) {
 	keys := func(srcs ...string) KeyList {
 		l := make(KeyList, len(srcs))
 		for i, s := range srcs {
-			l[i] = pipeline.Expr{Source: s}
+			l[i] = expr.Expr{Source: s}
 		}
 		return l
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -92,11 +93,11 @@ func (r memRestored) Get(part string) ([]byte, error) {
 // countStep emits {k, n, count}: the running count of its key, kept in
 // keyed state so that it survives a restore.
 type countConfig struct {
-	Key pipeline.Expr `yaml:"count_by"`
+	Key expr.Expr `yaml:"count_by"`
 }
 
 func (c *countConfig) Validate() error                         { return nil }
-func (c *countConfig) KeyExprs() []*pipeline.Expr              { return []*pipeline.Expr{&c.Key} }
+func (c *countConfig) KeyExprs() []*expr.Expr                  { return []*expr.Expr{&c.Key} }
 func (c *countConfig) NewOperator() (pipeline.Operator, error) { return &countOp{}, nil }
 
 type countOp struct {

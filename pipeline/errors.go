@@ -8,9 +8,6 @@ var (
 	ErrInvalid = errors.New("invalid pipeline")
 	// ErrBadKey is returned for a key value that cannot be encoded.
 	ErrBadKey = errors.New("bad key")
-	// ErrNotFinite marks an expression result that is, or holds, a NaN or
-	// an infinite float (a division by zero): an error of the record.
-	ErrNotFinite = errors.New("not a finite number")
 	// ErrRecordFailed wraps a record error under on_error: fail.
 	ErrRecordFailed = errors.New("record failed")
 	// ErrRestore is returned when a checkpoint cannot be restored into the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
@@ -145,11 +146,11 @@ func (s *collectSink) Close(context.Context) error { return nil }
 
 // keyStep partitions by key and tags records with the subtask that saw them.
 type keyStepConfig struct {
-	Key pipeline.Expr `yaml:"keyed"`
+	Key expr.Expr `yaml:"keyed"`
 }
 
 func (c *keyStepConfig) Validate() error                         { return nil }
-func (c *keyStepConfig) KeyExprs() []*pipeline.Expr              { return []*pipeline.Expr{&c.Key} }
+func (c *keyStepConfig) KeyExprs() []*expr.Expr                  { return []*expr.Expr{&c.Key} }
 func (c *keyStepConfig) NewOperator() (pipeline.Operator, error) { return &tagOp{}, nil }
 
 type tagOp struct{ sub int }
@@ -203,8 +204,8 @@ func (o *passOp) Close() error { return nil }
 
 // whereStep keeps records matching a predicate.
 type whereConfig struct {
-	Where pipeline.Expr `yaml:"where" expr:"bool"`
-	Limit int           `yaml:"limit"`
+	Where expr.Expr `yaml:"where" expr:"bool"`
+	Limit int       `yaml:"limit"`
 }
 
 func (c *whereConfig) Validate() error {

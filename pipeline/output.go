@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+
+	"github.com/eddy-stream/eddy/expr"
 )
 
 // deadLetterKey marks a dead letter that a hash edge's sender built for a
@@ -24,7 +26,7 @@ type writer struct {
 	done <-chan struct{}
 
 	// Hash edges only.
-	vm      VM
+	vm      expr.VM
 	keyBuf  []byte
 	keyVals []any
 	errs    *ErrorHandler
@@ -99,7 +101,7 @@ func (w *writer) key(r Record) (string, error) {
 	var err error
 	w.keyBuf = w.keyBuf[:0]
 	if len(w.edge.KeyExprs) == 1 {
-		v, err := w.vm.EvalRecord(w.edge.KeyExprs[0], &r)
+		v, err := w.vm.EvalRecord(w.edge.KeyExprs[0], r.Fields, r.Meta)
 		if err != nil {
 			return "", err
 		}
@@ -109,7 +111,7 @@ func (w *writer) key(r Record) (string, error) {
 		return string(w.keyBuf), nil
 	}
 	for i, e := range w.edge.KeyExprs {
-		if w.keyVals[i], err = w.vm.EvalRecord(e, &r); err != nil {
+		if w.keyVals[i], err = w.vm.EvalRecord(e, r.Fields, r.Meta); err != nil {
 			return "", err
 		}
 	}

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"fmt"
 	"strings"
+
+	"github.com/eddy-stream/eddy/expr"
 )
 
 // NodeKind tells sources, steps and sinks apart.
@@ -75,7 +77,7 @@ type Edge struct {
 	Input     int
 	Partition Partitioning
 	// KeyExprs computes the key of a Hash edge.
-	KeyExprs []*Expr
+	KeyExprs []*expr.Expr
 	// Chained edges are direct calls inside one task.
 	Chained bool
 }
@@ -183,7 +185,7 @@ func Compile(spec *Spec) (*Plan, error) {
 	return plan, nil
 }
 
-func partitioning(e *Edge) (Partitioning, []*Expr) {
+func partitioning(e *Edge) (Partitioning, []*expr.Expr) {
 	if e.To.Kind == StepNode {
 		if k, ok := e.To.Step.Config.(KeyedStep); ok {
 			return Hash, k.KeyExprs()

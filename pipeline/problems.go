@@ -8,17 +8,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/eddy-stream/eddy/expr"
 	"go.yaml.in/yaml/v3"
 )
 
-// Pos is a position in a pipeline file; Line and Col are 1-based.
-type Pos struct {
-	File string
-	Line int
-	Col  int
-}
-
-func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+// Pos is a position in a pipeline file; Line and Col are 1-based. It is
+// expr.Pos, the type expressions give their positions in.
+type Pos = expr.Pos
 
 // Problem is one thing wrong with a pipeline file.
 type Problem struct {

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"math"
 	"time"
+
+	"github.com/eddy-stream/eddy/expr"
 )
 
 // Time values are event or processing timestamps in epoch milliseconds.
@@ -27,17 +29,7 @@ type Record struct {
 	// hash partitioning into a key_by step; "" when the stream is not keyed.
 	Key string
 	// Meta carries source metadata (Kafka key, headers, partition, offset), or nil.
-	Meta *Meta
-}
-
-// Meta is source metadata, reachable in expressions as _key, _headers,
-// _partition, _offset and _timestamp.
-type Meta struct {
-	Key       []byte
-	Headers   map[string]string
-	Partition int32
-	Offset    int64
-	Timestamp int64
+	Meta *expr.Meta
 }
 
 // NewRecord returns a record with the given fields and no event time.

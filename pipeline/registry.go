@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/eddy-stream/eddy/expr"
 )
 
 // Config is a component's configuration: a struct pointer with yaml tags,
@@ -59,7 +61,7 @@ type (
 	GuaranteeOf interface{ Guarantee() Guarantee }
 	// KeyedStep is implemented by step configs whose input is hash
 	// partitioned by a key (key_by): KeyExprs returns the key expression(s).
-	KeyedStep interface{ KeyExprs() []*Expr }
+	KeyedStep interface{ KeyExprs() []*expr.Expr }
 	// SideOutputter is implemented by step configs that emit side streams
 	// other than "<id>.errors": it maps each stream id that other steps and
 	// sinks may read to the side output name the operator emits to.

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/eddy-stream/eddy/expr"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -61,7 +62,7 @@ type SourceSpec struct {
 	Type        string
 	Parallelism int
 	// EventTime computes a record's event time; nil: processing time.
-	EventTime *Expr
+	EventTime *expr.Expr
 	Watermark WatermarkSpec
 	// OnError applies to records whose event time fails.
 	OnError OnError
@@ -122,7 +123,7 @@ type (
 		ID          string        `yaml:"id"`
 		Type        string        `yaml:"type" eddy:"required"`
 		Parallelism int           `yaml:"parallelism"`
-		EventTime   Expr          `yaml:"event_time"`
+		EventTime   expr.Expr     `yaml:"event_time"`
 		Watermark   WatermarkSpec `yaml:"watermark"`
 		OnError     OnError       `yaml:"on_error"`
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -107,7 +108,7 @@ type task struct {
 	// Event time of a source head: its watermark generator, VM and the
 	// on_error policy for records whose timestamp fails.
 	wmGen   *watermarks
-	vm      VM
+	vm      expr.VM
 	srcErrs *ErrorHandler
 	// one is the batch of a record emitted on its own (watermark.interval 0).
 	one [1]Record
@@ -653,7 +654,7 @@ func (t *task) emitRecords(rb *ReadBatch, recs []Record) error {
 		now := time.Now()
 		n := 0
 		for _, r := range recs {
-			ts, err := t.vm.evalEventTime(et, &r)
+			ts, err := evalEventTime(&t.vm, et, &r)
 			if err != nil {
 				if herr := t.srcErrs.Handle(r, err); herr != nil {
 					return herr

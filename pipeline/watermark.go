@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/expr-lang/expr/ast"
 )
 
@@ -97,9 +98,9 @@ func (g *watermarks) current(now time.Time) (wm int64, idle bool) {
 }
 
 // evalEventTime returns the event time of r by the source's event_time
-// expression e, in epoch ms.
-func (m *VM) evalEventTime(e *Expr, r *Record) (int64, error) {
-	v, err := m.EvalRecord(e, r)
+// expression e, evaluated on m, in epoch ms.
+func evalEventTime(m *expr.VM, e *expr.Expr, r *Record) (int64, error) {
+	v, err := m.EvalRecord(e, r.Fields, r.Meta)
 	var ts int64
 	if err == nil {
 		ts, err = eventTime(v)
@@ -148,7 +149,7 @@ func eventTime(v any) (int64, error) {
 		return x.UnixMilli(), nil
 	case string:
 		// The strings ts_parse reads without a layout, zone-less ones in UTC.
-		ms, err := parseTimestamp(x, time.UTC)
+		ms, err := expr.ParseTimestamp(x, time.UTC)
 		if err != nil {
 			return 0, fmt.Errorf("%w (parse other layouts with ts_parse(field, layout))", err)
 		}
@@ -163,14 +164,14 @@ func eventTime(v any) (int64, error) {
 // give a time, or nil when it may: a constant is evaluated as a record's
 // result would be, and any other expression is judged by its static type
 // (unknown for record fields, so `ts` always passes).
-func checkEventTime(e *Expr) error {
-	node := e.program.Node()
+func checkEventTime(e *expr.Expr) error {
+	node := e.Program().Node()
 	switch node.(type) {
 	case *ast.StringNode, *ast.BoolNode, *ast.NilNode, *ast.IntegerNode, *ast.FloatNode, *ast.ConstantNode:
-		var m VM
+		var m expr.VM
 		v, err := m.Eval(e, map[string]any{})
 		if err == nil {
-			err = CheckFinite(v)
+			err = expr.CheckFinite(v)
 		}
 		if err == nil {
 			_, err = eventTime(v)

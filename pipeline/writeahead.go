@@ -15,6 +15,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -278,7 +279,7 @@ func (w *writeAheadSink) writeRecords(ctx context.Context, h walHeader, b []byte
 		}
 		r := Record{Fields: wr.Fields, Time: wr.Time, Key: wr.Key}
 		if m := wr.Meta; m != nil {
-			r.Meta = &Meta{Key: m.Key, Headers: m.Headers, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
+			r.Meta = &expr.Meta{Key: m.Key, Headers: m.Headers, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
 		}
 		batch = append(batch, r)
 		if len(batch) == cap(batch) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -381,7 +382,7 @@ func TestWriteAheadKeepsRecords(t *testing.T) {
 		},
 		Time: 1_700_000_000_123,
 		Key:  "\x00\xffbinary",
-		Meta: &pipeline.Meta{Key: []byte("k"), Headers: map[string]string{"h": "v"}, Partition: 3, Offset: 99, Timestamp: 5},
+		Meta: &expr.Meta{Key: []byte("k"), Headers: map[string]string{"h": "v"}, Partition: 3, Offset: 99, Timestamp: 5},
 	}, {Fields: map[string]any{"n": 1}, Time: pipeline.NoTime}}
 	log := &waLog{}
 	plan := loadWA(t, `

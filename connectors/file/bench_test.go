@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -127,8 +128,8 @@ func runEddy(b *testing.B, in, out string, workers int) int {
 	sink, err := sinkCfg.NewSink()
 	require.NoError(b, err)
 	require.NoError(b, sink.Open(ctx, &pipeline.SinkContext{SubtaskInfo: conntest.Info("out", 0, 1)}))
-	set := pipeline.MustExpr("(temp - 32) * 5 / 9")
-	filter := pipeline.MustExpr("temp_c > 20")
+	set := expr.MustExpr("(temp - 32) * 5 / 9")
+	filter := expr.MustExpr("temp_c > 20")
 
 	batches := make(chan []pipeline.Record, 8)
 	errc := make(chan error, 1)
@@ -149,7 +150,7 @@ func runEddy(b *testing.B, in, out string, workers int) int {
 			}
 		}
 	}()
-	var vm pipeline.VM
+	var vm expr.VM
 	n := 0
 	for recs := range batches {
 		n += len(recs)

@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 	// Seed seeds the random helpers.
 	Seed int64 `yaml:"seed"`
 	// Fields are the record's fields: expressions over i, seed and the helpers.
-	Fields pipeline.ExprMap `yaml:"fields" eddy:"required"`
+	Fields expr.Map `yaml:"fields" eddy:"required"`
 }
 
 // Validate checks the keys.
@@ -226,7 +227,7 @@ const (
 type source struct {
 	cfg      *Config
 	id       string
-	vm       pipeline.VM
+	vm       expr.VM
 	rng      splitMix
 	env      map[string]any
 	next     int    // the next counter this subtask considers

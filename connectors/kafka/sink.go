@@ -12,6 +12,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -51,20 +52,20 @@ type SinkConfig struct {
 	// TopicExpr.
 	Topic string `yaml:"topic"`
 	// TopicExpr is an expression giving each record's topic (a string).
-	TopicExpr pipeline.Expr `yaml:"topic_expr"`
+	TopicExpr expr.Expr `yaml:"topic_expr"`
 	// Key is an expression giving the record key; unset: no key. Strings
 	// are written as they are, numbers and booleans as text, other values
 	// as JSON.
-	Key pipeline.Expr `yaml:"key"`
+	Key expr.Expr `yaml:"key"`
 	// Headers are record headers, name: expression (values as for Key; a
 	// nil result leaves the header out).
-	Headers pipeline.ExprMap `yaml:"headers"`
+	Headers expr.Map `yaml:"headers"`
 	// Partitioner picks a keyed record's partition: murmur2 (what the Java
 	// client does), hash (sarama's FNV-1a), round_robin, random, or manual
 	// (the partition expression).
 	Partitioner string `yaml:"partitioner"`
 	// Partition is the partition expression of partitioner: manual.
-	Partition pipeline.Expr `yaml:"partition"`
+	Partition expr.Expr `yaml:"partition"`
 	// Compression is none, gzip, snappy, lz4 or zstd.
 	Compression string `yaml:"compression"`
 	// format, columns and csv_delimiter of the value.
@@ -269,7 +270,7 @@ type sink struct {
 	out    *output             // at_least_once and none
 	txn    *txnPool            // exactly_once
 
-	vm     pipeline.VM
+	vm     expr.VM
 	enc    codec.Encoder
 	scr    []byte // scratch: one encoded value
 	arena  arena
@@ -533,7 +534,7 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 	msg := out.newMessage()
 	topic := s.cfg.Topic
 	if s.cfg.TopicExpr.IsSet() {
-		v, err := s.vm.EvalRecord(&s.cfg.TopicExpr, r)
+		v, err := s.vm.EvalRecord(&s.cfg.TopicExpr, r.Fields, r.Meta)
 		if err != nil {
 			return nil, s.errorf("topic_expr %q: %w", s.cfg.TopicExpr.Source, err)
 		}
@@ -553,7 +554,7 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 	}
 	msg.Topic = topic
 	if s.cfg.Key.IsSet() {
-		v, err := s.vm.EvalRecord(&s.cfg.Key, r)
+		v, err := s.vm.EvalRecord(&s.cfg.Key, r.Fields, r.Meta)
 		if err != nil {
 			return nil, s.errorf("key %q: %w", s.cfg.Key.Source, err)
 		}
@@ -566,7 +567,7 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 		}
 	}
 	if s.cfg.Partition.IsSet() {
-		v, err := s.vm.EvalRecord(&s.cfg.Partition, r)
+		v, err := s.vm.EvalRecord(&s.cfg.Partition, r.Fields, r.Meta)
 		if err != nil {
 			return nil, s.errorf("partition %q: %w", s.cfg.Partition.Source, err)
 		}
@@ -578,7 +579,7 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 	}
 	for i := range s.cfg.Headers {
 		h := &s.cfg.Headers[i]
-		v, err := s.vm.EvalRecord(&h.Expr, r)
+		v, err := s.vm.EvalRecord(&h.Expr, r.Fields, r.Meta)
 		if err != nil {
 			return nil, s.errorf("header %s %q: %w", h.Name, h.Expr.Source, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -645,7 +646,7 @@ func (s *source) partitionError(p *partition, err error) bool {
 // slice), and values that do not decode to ev.failed. A message at or past
 // stop is not read and ends the partition.
 func (s *source) decode(dec valueDecoder, msgs []*sarama.ConsumerMessage, stop int64, ev *event) {
-	metas := make([]pipeline.Meta, len(msgs))
+	metas := make([]expr.Meta, len(msgs))
 	for i, m := range msgs {
 		if stop != noStop && m.Offset >= stop {
 			ev.next, ev.done = stop, true

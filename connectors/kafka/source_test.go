@@ -20,6 +20,7 @@ import (
 
 	_ "github.com/eddy-stream/eddy/connectors/file" // the file sink of the pipeline test
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	_ "github.com/eddy-stream/eddy/operators" // the set step of the pipeline test
 	"github.com/eddy-stream/eddy/pipeline"
@@ -438,8 +439,8 @@ func TestKafkaSourceMetadata(t *testing.T) {
 	require.Len(t, recs, 2)
 	require.Equal(t, map[string]any{"n": int64(1)}, recs[0].Fields)
 	require.Equal(t, pipeline.NoTime, recs[0].Time)
-	require.Equal(t, &pipeline.Meta{Key: []byte("k1"), Headers: map[string]string{"h": "v", "trace": "42"}, Partition: 1, Offset: 0, Timestamp: ts.UnixMilli()}, recs[0].Meta)
-	require.Equal(t, &pipeline.Meta{Partition: 1, Offset: 1, Timestamp: ts.UnixMilli() + 1000}, recs[1].Meta)
+	require.Equal(t, &expr.Meta{Key: []byte("k1"), Headers: map[string]string{"h": "v", "trace": "42"}, Partition: 1, Offset: 0, Timestamp: ts.UnixMilli()}, recs[0].Meta)
+	require.Equal(t, &expr.Meta{Partition: 1, Offset: 1, Timestamp: ts.UnixMilli() + 1000}, recs[1].Meta)
 	require.Nil(t, recs[1].Meta.Key)
 	require.Nil(t, recs[1].Meta.Headers)
 }

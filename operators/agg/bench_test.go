@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 )
 
 func benchRecords(n int) []map[string]any {
@@ -22,7 +22,7 @@ func benchAdd(b *testing.B, text string) {
 	specs := mustSpecs(b, text)
 	records := benchRecords(1024)
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	// Warm up: pools, maps and lists reach their steady size.
 	for _, r := range records {
 		if err := row.Add(&vm, r); err != nil {
@@ -53,7 +53,7 @@ func BenchmarkRowAddReduce(b *testing.B) { benchAdd(b, "p: reduce(acc + n, 0, ac
 
 func BenchmarkRowMerge(b *testing.B) {
 	specs := mustSpecs(b, "n: count()\ns: sum(n)\na: avg(temp)\nlo: min(temp)\nhi: max(temp)")
-	var vm pipeline.VM
+	var vm expr.VM
 	pane := NewAccs(specs)
 	for _, r := range benchRecords(100) {
 		if err := pane.Add(&vm, r); err != nil {
@@ -72,7 +72,7 @@ func BenchmarkRowMerge(b *testing.B) {
 
 func BenchmarkRowCBOR(b *testing.B) {
 	specs := mustSpecs(b, "n: count()\ns: sum(n)\na: avg(temp)\nlo: min(temp)\nhi: max(temp)\nl: last(id)")
-	var vm pipeline.VM
+	var vm expr.VM
 	row := NewAccs(specs)
 	for _, r := range benchRecords(100) {
 		if err := row.Add(&vm, r); err != nil {
@@ -100,7 +100,7 @@ func BenchmarkRowCBOR(b *testing.B) {
 //	go test -run XXX -bench RowCopy -benchmem ./operators/agg/
 func BenchmarkRowCopy(b *testing.B) {
 	specs := mustSpecs(b, "n: count()\navg_v: avg(v)\nlast: last(payload)")
-	var vm pipeline.VM
+	var vm expr.VM
 	r := NewAccs(specs)
 	if err := r.Add(&vm, rec{"v": 42, "payload": strings.Repeat("x", 1024)}); err != nil {
 		b.Fatal(err)
@@ -133,7 +133,7 @@ func BenchmarkRowResults(b *testing.B) {
 	for _, text := range []string{"n: count()\nhi: max(temp)", "n: count()\nhi: max(temp)\nl: last(id)"} {
 		specs := mustSpecs(b, text)
 		row := NewAccs(specs)
-		var vm pipeline.VM
+		var vm expr.VM
 		for _, r := range benchRecords(100) {
 			if err := row.Add(&vm, r); err != nil {
 				b.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +33,7 @@ m: max(b)
 		})
 	}
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	for _, r := range records {
 		require.NoError(t, row.Add(&vm, r))
 	}
@@ -90,7 +90,7 @@ func TestCBOREmptyRow(t *testing.T) {
 func TestCBORErrors(t *testing.T) {
 	specs := mustSpecs(t, "n: count()\ns: sum(x)")
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	require.NoError(t, row.Add(&vm, rec{"x": 2}))
 	data, err := row.MarshalCBOR()
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ func mustCBOR(t *testing.T, v any) []byte {
 func TestCBORCorrupt(t *testing.T) {
 	specs := mustSpecs(t, mergeSpecs+"v: last(v)\nw: collect(v)\n")
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	for i, v := range []any{"a", map[string]any{"k": []any{1.5, "x"}}, uint64(math.MaxUint64), -7, time.Unix(5, 0)} {
 		require.NoError(t, row.Add(&vm, rec{"x": i, "s": "s", "v": v}))
 	}
@@ -146,7 +146,7 @@ func TestCBORCorrupt(t *testing.T) {
 func FuzzUnmarshalCBOR(f *testing.F) {
 	specs := mustSpecs(f, mergeSpecs)
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	for _, r := range randomRecords(rand.New(rand.NewPCG(5, 6)), 10) {
 		require.NoError(f, row.Add(&vm, r))
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
@@ -23,13 +24,13 @@ const (
 // and shared by every Row and goroutine (the pool is safe for concurrent use).
 type compiled struct {
 	// arg is the argument of a one-argument function; nil for count() and reduce.
-	arg *pipeline.Expr
+	arg *expr.Expr
 	// field is set when arg is a plain field name: Add reads the field
 	// directly instead of running the VM.
 	field string
 
 	// reduce:
-	step, merge *pipeline.Expr
+	step, merge *expr.Expr
 	init        any      // the value of the init expression
 	idents      []string // record fields the step reads (never acc)
 	all         bool     // the step reads $env: it sees a copy of every field
@@ -38,7 +39,7 @@ type compiled struct {
 
 // scratch is a reusable environment for reduce's expressions.
 type scratch struct {
-	vm  pipeline.VM
+	vm  expr.VM
 	env map[string]any
 }
 
@@ -109,7 +110,7 @@ func (s *Spec) compile() error {
 	if err := init.Compile(map[string]any{}, ""); err != nil {
 		return argError(s, 1, err)
 	}
-	var vm pipeline.VM
+	var vm expr.VM
 	v, err := vm.Eval(init, map[string]any{})
 	if err != nil {
 		return argError(s, 1, err)
@@ -155,7 +156,7 @@ func argError(s *Spec, i int, err error) error {
 // plainField returns the field name when e is nothing but a record field
 // (`temp_c`), else "". It checks what the compiled program does, so a name
 // the compiler resolves otherwise never takes the shortcut.
-func plainField(e *pipeline.Expr) string {
+func plainField(e *expr.Expr) string {
 	tree, err := parser.Parse(e.Source)
 	if err != nil {
 		return ""
@@ -165,7 +166,7 @@ func plainField(e *pipeline.Expr) string {
 		return ""
 	}
 	probe := new(int)
-	var vm pipeline.VM
+	var vm expr.VM
 	got, err := vm.Eval(e, map[string]any{id.Value: probe})
 	if err != nil || got != any(probe) {
 		return ""
@@ -220,7 +221,7 @@ func (v *identVisitor) Visit(n *ast.Node) {
 // reads (every field when it reads $env) plus acc, so the record is never
 // modified, a record field named acc is shadowed, and no allocation happens
 // once the pool is warm.
-func (c *compiled) reduceStep(vm *pipeline.VM, acc any, fields map[string]any) (any, error) {
+func (c *compiled) reduceStep(vm *expr.VM, acc any, fields map[string]any) (any, error) {
 	sc := c.pool.Get().(*scratch)
 	env := sc.env
 	if c.all {

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 )
@@ -41,7 +41,7 @@ func TestDocExamples(t *testing.T) {
 	require.Equal(t, want, fold(t, specs, records...))
 
 	// The same over panes, merged.
-	var vm pipeline.VM
+	var vm expr.VM
 	for split := range len(records) + 1 {
 		a, b := NewAccs(specs), NewAccs(specs)
 		for i, r := range records {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +72,7 @@ func combine(t *testing.T, rng *rand.Rand, specs Specs, rows []*Row) *Row {
 // randomPanes folds records into random contiguous panes, some of them
 // empty, and round-trips some of the panes through a snapshot.
 func randomPanes(t *testing.T, rng *rand.Rand, specs Specs, records []rec) []*Row {
-	var vm pipeline.VM
+	var vm expr.VM
 	var panes []*Row
 	rest := records
 	for len(rest) > 0 || len(panes) == 0 {
@@ -119,7 +120,7 @@ func TestMergeAssociative(t *testing.T) {
 func TestMergeFloatSums(t *testing.T) {
 	specs := mustSpecs(t, "s: sum(x)\na: avg(x)")
 	rng := rand.New(rand.NewPCG(3, 4))
-	var vm pipeline.VM
+	var vm expr.VM
 	for range 200 {
 		n := 1 + rng.IntN(100)
 		records := make([]rec, n)
@@ -165,7 +166,7 @@ func cloneSpecSets(t *testing.T) []Specs {
 
 func TestClone(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	var vm pipeline.VM
+	var vm expr.VM
 	encode := func(r *Row) []byte {
 		b, err := r.MarshalCBOR()
 		require.NoError(t, err)
@@ -288,7 +289,7 @@ func TestHeldValuesOfMixedTypes(t *testing.T) {
 		}
 		pipeline.NormalizeDecoded(want)
 
-		var vm pipeline.VM
+		var vm expr.VM
 		one := NewAccs(specs)
 		for _, r := range records {
 			require.NoError(t, one.Add(&vm, r))

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 )
 
 // Row holds the accumulators of one group of records (one key in one
@@ -208,7 +208,7 @@ const maxStack = 8
 // Add is atomic: it evaluates every argument and checks every input first,
 // so on an error (an expression failing, a string given to sum) the row is
 // unchanged. Errors name the aggregate; input type errors wrap ErrBadInput.
-func (r *Row) Add(vm *pipeline.VM, fields map[string]any) error {
+func (r *Row) Add(vm *expr.VM, fields map[string]any) error {
 	if !r.ok {
 		return ErrNotCompiled
 	}
@@ -233,13 +233,13 @@ func (r *Row) Add(vm *pipeline.VM, fields map[string]any) error {
 
 // input evaluates and checks the input of aggregate i for one record: nil
 // for a null input, present for count(), reduce's new accumulator.
-func (r *Row) input(i int, vm *pipeline.VM, fields map[string]any) (any, error) {
+func (r *Row) input(i int, vm *expr.VM, fields map[string]any) (any, error) {
 	s := &r.specs[i]
 	c := s.c
 	if s.Func == FuncReduce {
 		v, err := c.reduceStep(vm, r.accs[i].v, fields)
 		if err == nil {
-			err = pipeline.CheckFinite(v)
+			err = expr.CheckFinite(v)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("aggregate %s: %s: %w", s.Name, s.Source, err)
@@ -258,7 +258,7 @@ func (r *Row) input(i int, vm *pipeline.VM, fields map[string]any) (any, error) 
 			// A NaN or infinite result (a division by zero) would poison
 			// the aggregate for the rest of its window or key. A field's
 			// value is taken as it is: steps never compute one.
-			err = pipeline.CheckFinite(v)
+			err = expr.CheckFinite(v)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("aggregate %s: %s: %w", s.Name, s.Source, err)
@@ -392,7 +392,7 @@ func (x *extra) count(old, d int64) {
 // when it holds none). It returns ErrNotRetractable, changing nothing, when
 // any aggregate is min, max, first, last or reduce (see Specs.Retractable).
 // Like Add it is atomic.
-func (r *Row) Retract(vm *pipeline.VM, fields map[string]any) error {
+func (r *Row) Retract(vm *expr.VM, fields map[string]any) error {
 	if !r.ok {
 		return ErrNotCompiled
 	}

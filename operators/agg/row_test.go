@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +14,7 @@ type rec = map[string]any
 func fold(t testing.TB, specs Specs, records ...rec) map[string]any {
 	t.Helper()
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	for _, r := range records {
 		require.NoError(t, row.Add(&vm, r))
 	}
@@ -105,7 +105,7 @@ func TestInputErrors(t *testing.T) {
 	} {
 		t.Run(tc.specs, func(t *testing.T) {
 			row := NewAccs(mustSpecs(t, tc.specs))
-			err := row.Add(new(pipeline.VM), tc.in)
+			err := row.Add(new(expr.VM), tc.in)
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 		})
@@ -116,7 +116,7 @@ func TestInputErrors(t *testing.T) {
 func TestAddIsAtomic(t *testing.T) {
 	specs := mustSpecs(t, "n: count()\nc: collect(x)\nd: count_distinct(x)\np: reduce(acc + x, 0)\ns: sum(x)")
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	require.NoError(t, row.Add(&vm, rec{"x": 1}))
 	require.Error(t, row.Add(&vm, rec{"x": "one"}))
 	require.Error(t, row.Add(&vm, rec{"x": []any{1}}))
@@ -130,7 +130,7 @@ func TestNotCompiled(t *testing.T) {
 	specs, err := parse(t, "n: count()")
 	require.NoError(t, err)
 	row := NewAccs(specs)
-	require.ErrorIs(t, row.Add(new(pipeline.VM), rec{}), ErrNotCompiled)
+	require.ErrorIs(t, row.Add(new(expr.VM), rec{}), ErrNotCompiled)
 	_, err = row.MarshalCBOR()
 	require.ErrorIs(t, err, ErrNotCompiled)
 }
@@ -171,7 +171,7 @@ func TestReduceDoesNotTouchRecord(t *testing.T) {
 
 func TestReduceMerge(t *testing.T) {
 	specs := mustSpecs(t, "p: reduce(acc * x, 1, acc * other)\nl: reduce(concat(acc, [x]), [], concat(acc, other))")
-	var vm pipeline.VM
+	var vm expr.VM
 	a, b, empty := NewAccs(specs), NewAccs(specs), NewAccs(specs)
 	for _, x := range []int{2, 3} {
 		require.NoError(t, a.Add(&vm, rec{"x": x}))
@@ -196,7 +196,7 @@ func TestReduceMerge(t *testing.T) {
 
 func TestRetract(t *testing.T) {
 	specs := mustSpecs(t, "n: count()\nc: count(x)\ns: sum(x)\na: avg(x)\nids: collect(x)\nd: count_distinct(x)")
-	var vm pipeline.VM
+	var vm expr.VM
 	row := NewAccs(specs)
 	results := func() map[string]any {
 		out := map[string]any{}
@@ -270,7 +270,7 @@ func TestRetractUnsupported(t *testing.T) {
 	for _, s := range []string{"m: min(x)", "m: max(x)", "m: first(x)", "m: last(x)", "m: reduce(acc + x, 0, acc + other)"} {
 		specs := mustSpecs(t, "n: count()\n"+s)
 		row := NewAccs(specs)
-		var vm pipeline.VM
+		var vm expr.VM
 		require.NoError(t, row.Add(&vm, rec{"x": 1}))
 		require.ErrorIs(t, row.Retract(&vm, rec{"x": 1}), ErrNotRetractable, s)
 		require.Equal(t, int64(1), row.Count())
@@ -279,7 +279,7 @@ func TestRetractUnsupported(t *testing.T) {
 
 func TestMergeOrderAndMismatch(t *testing.T) {
 	specs := mustSpecs(t, "f: first(x)\nl: last(x)\nc: collect(x)")
-	var vm pipeline.VM
+	var vm expr.VM
 	early, late := NewAccs(specs), NewAccs(specs)
 	require.NoError(t, early.Add(&vm, rec{"x": 1}))
 	require.NoError(t, early.Add(&vm, rec{"x": 2}))
@@ -307,7 +307,7 @@ func TestMergeOrderAndMismatch(t *testing.T) {
 func TestReset(t *testing.T) {
 	specs := mustSpecs(t, "n: count()\nc: collect(x)\nd: count_distinct(x)\np: reduce(acc + x, 10)")
 	row := NewAccs(specs)
-	var vm pipeline.VM
+	var vm expr.VM
 	require.NoError(t, row.Add(&vm, rec{"x": 1}))
 	row.Reset()
 	out := map[string]any{}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"go.yaml.in/yaml/v3"
 )
@@ -98,7 +99,7 @@ type Spec struct {
 	// The loader compiles them over the record as it does every Expr it finds
 	// in a config (reporting errors at their exact position); Compile
 	// compiles them again with the environment each one really has.
-	Args []pipeline.Expr
+	Args []expr.Expr
 	// Source is the call as written, e.g. "avg(temp_c)".
 	Source string
 	// Pos is where the call stands in the pipeline file (File is empty);
@@ -273,7 +274,7 @@ func parseCall(call string) (Spec, []int, error) {
 	if len(args) < lo || len(args) > hi {
 		return Spec{}, nil, arityError(f, len(args))
 	}
-	spec := Spec{Func: f, Source: src, Args: make([]pipeline.Expr, len(args))}
+	spec := Spec{Func: f, Source: src, Args: make([]expr.Expr, len(args))}
 	for k, a := range args {
 		spec.Args[k].Source = a
 		offs[k] += start

@@ -1,4 +1,4 @@
-package pipeline
+package expr
 
 import (
 	"bytes"
@@ -19,11 +19,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/expr-lang/expr"
+	exprlang "github.com/expr-lang/expr"
 )
 
-// Builtins returns the functions eddy adds to expr for every expression. They
-// complement expr's own builtins (upper, lower, trim, split, join, replace,
+// Builtins returns the functions eddy adds to expr-lang for every expression.
+// They complement expr-lang's own builtins (upper, lower, trim, split, join, replace,
 // hasPrefix, int, float, string, type, toJSON, fromJSON, now, date, duration,
 // keys, values, get, ...) and never shadow one of them.
 //
@@ -77,14 +77,14 @@ import (
 //	pick(m map, keys ...string) map                copy with only keys
 //
 // docs/expressions.md describes each function with an example.
-func Builtins() []expr.Option {
+func Builtins() []exprlang.Option {
 	return slices.Clone(builtinOptions())
 }
 
-var builtinOptions = sync.OnceValue(func() []expr.Option {
-	opts := make([]expr.Option, len(builtinDefs))
+var builtinOptions = sync.OnceValue(func() []exprlang.Option {
+	opts := make([]exprlang.Option, len(builtinDefs))
 	for i, d := range builtinDefs {
-		opts[i] = expr.Function(d.name, d.fn, d.types...)
+		opts[i] = exprlang.Function(d.name, d.fn, d.types...)
 	}
 	return slices.Clip(opts)
 })
@@ -441,7 +441,7 @@ func bTsParse(args ...any) (any, error) {
 		}
 	}
 	if layout == "" {
-		ms, err := parseTimestamp(s, loc)
+		ms, err := ParseTimestamp(s, loc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w (give a layout as the second argument)", name, err)
 		}
@@ -454,12 +454,12 @@ func bTsParse(args ...any) (any, error) {
 	return int(t.UnixMilli()), nil
 }
 
-// parseTimestamp parses epoch milliseconds ("1700000000000"), RFC 3339 with
+// ParseTimestamp parses epoch milliseconds ("1700000000000"), RFC 3339 with
 // or without a zone, with 'T' or ' ' between date and time, with optional
 // fractional seconds, or a date alone. Times without a zone are in loc.
 // ts_parse without a layout, to_ms and a source's event_time share it, so
 // they read the same strings.
-func parseTimestamp(s string, loc *time.Location) (int64, error) {
+func ParseTimestamp(s string, loc *time.Location) (int64, error) {
 	s = strings.TrimSpace(s)
 	if biIsInteger(s) {
 		ms, err := strconv.ParseInt(s, 10, 64)
@@ -587,7 +587,7 @@ func bToMs(args ...any) (any, error) {
 	case time.Duration:
 		return int(x.Milliseconds()), nil
 	case string:
-		ms, err := parseTimestamp(x, time.UTC)
+		ms, err := ParseTimestamp(x, time.UTC)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w (parse other layouts with ts_parse(s, layout))", name, err)
 		}

@@ -1,10 +1,10 @@
-package pipeline_test
+package expr_test
 
 import (
 	"math"
 	"testing"
 
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/expr"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,12 +27,12 @@ func TestCheckFinite(t *testing.T) {
 		{"in a list", []any{1.0, math.Inf(1)}, `the result holds +Inf at "1", not a finite number (a division by zero?)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := pipeline.CheckFinite(tc.v)
+			err := expr.CheckFinite(tc.v)
 			if tc.err == "" {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, pipeline.ErrNotFinite)
+			require.ErrorIs(t, err, expr.ErrNotFinite)
 			require.EqualError(t, err, tc.err)
 		})
 	}
@@ -44,7 +44,7 @@ func TestCheckFiniteDoesNotAllocate(t *testing.T) {
 	v := any(map[string]any{"a": []any{1, 2.5, "x"}, "b": 3.5})
 	f := any(2.5)
 	allocs := testing.AllocsPerRun(100, func() {
-		if pipeline.CheckFinite(v) != nil || pipeline.CheckFinite(f) != nil {
+		if expr.CheckFinite(v) != nil || expr.CheckFinite(f) != nil {
 			t.Fatal("finite values reported")
 		}
 	})
@@ -53,11 +53,11 @@ func TestCheckFiniteDoesNotAllocate(t *testing.T) {
 
 // EvalRecord fails a record whose expression gives a non-finite float.
 func TestEvalRecordRejectsNonFinite(t *testing.T) {
-	var vm pipeline.VM
-	r := pipeline.NewRecord(map[string]any{"a": 1, "b": 0})
-	_, err := vm.EvalRecord(pipeline.MustExpr("a / b"), &r)
-	require.ErrorIs(t, err, pipeline.ErrNotFinite)
-	v, err := vm.EvalRecord(pipeline.MustExpr("b / a"), &r)
+	var vm expr.VM
+	fields := map[string]any{"a": 1, "b": 0}
+	_, err := vm.EvalRecord(expr.MustExpr("a / b"), fields, nil)
+	require.ErrorIs(t, err, expr.ErrNotFinite)
+	v, err := vm.EvalRecord(expr.MustExpr("b / a"), fields, nil)
 	require.NoError(t, err)
 	require.Equal(t, 0.0, v)
 }

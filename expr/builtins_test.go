@@ -1,4 +1,4 @@
-package pipeline
+package expr
 
 import (
 	"fmt"
@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/expr-lang/expr"
+	exprlang "github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/builtin"
 	"github.com/expr-lang/expr/vm"
 	"github.com/stretchr/testify/require"
 )
 
 // compileBuiltinExpr compiles src the way Expr.Compile does for records.
-func compileBuiltinExpr(src string, extra ...expr.Option) (*vm.Program, error) {
-	opts := append(Builtins(), expr.Env(map[string]any{}), expr.AllowUndefinedVariables())
-	return expr.Compile(src, append(opts, extra...)...)
+func compileBuiltinExpr(src string, extra ...exprlang.Option) (*vm.Program, error) {
+	opts := append(Builtins(), exprlang.Env(map[string]any{}), exprlang.AllowUndefinedVariables())
+	return exprlang.Compile(src, append(opts, extra...)...)
 }
 
 func builtinTestEnv() map[string]any {
@@ -241,7 +241,7 @@ func TestBuiltinsRun(t *testing.T) {
 		t.Run(tc.src, func(t *testing.T) {
 			p, err := compileBuiltinExpr(tc.src)
 			require.NoError(t, err)
-			out, err := expr.Run(p, builtinTestEnv())
+			out, err := exprlang.Run(p, builtinTestEnv())
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				require.Contains(t, err.Error(), tc.wantErr)
@@ -257,7 +257,7 @@ func TestBuiltinsNowMs(t *testing.T) {
 	p, err := compileBuiltinExpr(`now_ms()`)
 	require.NoError(t, err)
 	before := time.Now().UnixMilli()
-	out, err := expr.Run(p, nil)
+	out, err := exprlang.Run(p, nil)
 	after := time.Now().UnixMilli()
 	require.NoError(t, err)
 	ms, ok := out.(int)
@@ -265,7 +265,7 @@ func TestBuiltinsNowMs(t *testing.T) {
 	require.GreaterOrEqual(t, int64(ms), before)
 	require.LessOrEqual(t, int64(ms), after)
 
-	out, err = expr.Run(mustCompileBuiltin(t, `now_ms() - to_ms(now()) < 1000`), nil)
+	out, err = exprlang.Run(mustCompileBuiltin(t, `now_ms() - to_ms(now()) < 1000`), nil)
 	require.NoError(t, err)
 	require.Equal(t, true, out)
 }
@@ -279,7 +279,7 @@ func TestBuiltinsUUID(t *testing.T) {
 	}
 }
 
-func mustCompileBuiltin(t *testing.T, src string, extra ...expr.Option) *vm.Program {
+func mustCompileBuiltin(t *testing.T, src string, extra ...exprlang.Option) *vm.Program {
 	t.Helper()
 	p, err := compileBuiltinExpr(src, extra...)
 	require.NoError(t, err)
@@ -347,9 +347,9 @@ func TestBuiltinsCompileErrors(t *testing.T) {
 	}
 
 	// A predicate must be typed bool.
-	_, err := compileBuiltinExpr(`contains_any(s, ["a"]) && to_bool(s)`, expr.AsBool())
+	_, err := compileBuiltinExpr(`contains_any(s, ["a"]) && to_bool(s)`, exprlang.AsBool())
 	require.NoError(t, err)
-	_, err = compileBuiltinExpr(`to_ms(s)`, expr.AsBool())
+	_, err = compileBuiltinExpr(`to_ms(s)`, exprlang.AsBool())
 	require.ErrorContains(t, err, "expected bool, but got int")
 }
 
@@ -367,13 +367,13 @@ func TestBuiltinsReturnsFreshSlice(t *testing.T) {
 	a := Builtins()
 	b := Builtins()
 	require.Len(t, a, len(builtinDefs))
-	a = append(a, expr.AsBool())
-	b = append(b, expr.AsInt())
+	a = append(a, exprlang.AsBool())
+	b = append(b, exprlang.AsInt())
 	require.NotSame(t, &a[len(a)-1], &b[len(b)-1])
 	// Programs compiled with a's and b's extra options differ as expected.
-	_, err := expr.Compile(`hash(1) > 0`, append(a, expr.Env(map[string]any{}))...)
+	_, err := exprlang.Compile(`hash(1) > 0`, append(a, exprlang.Env(map[string]any{}))...)
 	require.NoError(t, err)
-	_, err = expr.Compile(`hash(1) > 0`, append(b, expr.Env(map[string]any{}))...)
+	_, err = exprlang.Compile(`hash(1) > 0`, append(b, exprlang.Env(map[string]any{}))...)
 	require.ErrorContains(t, err, "expected int")
 }
 

@@ -1,4 +1,4 @@
-package pipeline
+package expr
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/expr-lang/expr"
+	exprlang "github.com/expr-lang/expr"
 )
 
 // builtinFuzzPanic records the first panic of a builtin called from a program: expr's
@@ -19,8 +19,8 @@ var builtinFuzzPanic struct {
 
 // builtinFuzzOptions are Builtins() with every function wrapped to record a panic:
 // the same names and signatures, built from the same table.
-var builtinFuzzOptions = sync.OnceValue(func() []expr.Option {
-	opts := make([]expr.Option, 0, len(builtinDefs)+2)
+var builtinFuzzOptions = sync.OnceValue(func() []exprlang.Option {
+	opts := make([]exprlang.Option, 0, len(builtinDefs)+2)
 	for _, d := range builtinDefs {
 		fn := d.fn
 		name := d.name
@@ -37,9 +37,9 @@ var builtinFuzzOptions = sync.OnceValue(func() []expr.Option {
 			}()
 			return fn(args...)
 		}
-		opts = append(opts, expr.Function(d.name, wrapped, d.types...))
+		opts = append(opts, exprlang.Function(d.name, wrapped, d.types...))
 	}
-	return append(opts, expr.Env(map[string]any{}), expr.AllowUndefinedVariables())
+	return append(opts, exprlang.Env(map[string]any{}), exprlang.AllowUndefinedVariables())
 })
 
 // FuzzExprCompile compiles arbitrary expressions with eddy's builtins and runs
@@ -96,12 +96,12 @@ func FuzzExprCompile(f *testing.F) {
 		defer watchdog.Stop()
 		fuzzCallBuiltinsDirectly(t, src)
 
-		p, err := expr.Compile(src, opts...)
+		p, err := exprlang.Compile(src, opts...)
 		if err != nil {
 			return
 		}
 		env := map[string]any{"a": 1.5, "s": "x", "n": nil, "l": []any{1, 2}}
-		_, _ = expr.Run(p, env)
+		_, _ = exprlang.Run(p, env)
 		builtinFuzzPanic.Lock()
 		msg := builtinFuzzPanic.msg
 		builtinFuzzPanic.msg = ""

@@ -1,28 +1,25 @@
-package pipeline
+package expr
 
 import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/expr-lang/expr"
+	exprlang "github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 	"go.yaml.in/yaml/v3"
 )
 
-// Expr is an expression of a pipeline file. The loader compiles every Expr of
-// a component's config once, after decoding; the compiled program is shared by
-// all subtasks, each of which evaluates it with its own VM.
-//
-// A struct field's `expr` tag sets what the expression must return:
-// `expr:"bool"` for a predicate; no tag for any value.
+// Expr is an expression of a pipeline file. Package pipeline's loader finds
+// every Expr of a component's config and compiles it once, after decoding
+// (as a predicate when the struct field is tagged `expr:"bool"`); the
+// compiled program is shared by all subtasks, each of which evaluates it
+// with its own VM.
 type Expr struct {
 	Source  string
 	pos     Pos
@@ -33,7 +30,28 @@ type Expr struct {
 	meta uint8
 }
 
-// Source metadata names: a record expression reads them from Record.Meta.
+// Pos is a position in a pipeline file; Line and Col are 1-based. An Expr's
+// position has no File: the loader, which knows the file's name, sets it.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// Meta is a record's source metadata (a Kafka record's key, headers,
+// partition, offset and timestamp), reachable in record expressions as
+// _key, _headers, _partition, _offset and _timestamp.
+type Meta struct {
+	Key       []byte
+	Headers   map[string]string
+	Partition int32
+	Offset    int64
+	Timestamp int64
+}
+
+// Source metadata names: a record expression reads them from a Meta.
 const (
 	MetaKey       = "_key"
 	MetaHeaders   = "_headers"
@@ -112,27 +130,20 @@ func (e *Expr) Program() *vm.Program { return e.program }
 // Pos returns where the expression stands in the pipeline file.
 func (e *Expr) Pos() Pos { return e.pos }
 
-// ExprEnver is implemented by configs whose expressions run over something
-// other than a record (the generator's counter and random helpers). The map's
-// values give names and types to the checker; undefined names are errors.
-type ExprEnver interface {
-	ExprEnv() map[string]any
-}
-
 // Compile compiles e. env nil means a record environment: any field name is
 // allowed (missing fields are nil). want "bool" requires a boolean result.
 func (e *Expr) Compile(env map[string]any, want string) error {
 	opts := Builtins()
 	var mf metaFinder
 	if env == nil {
-		opts = append(opts, expr.Env(map[string]any{}), expr.AllowUndefinedVariables(), expr.Patch(&mf))
+		opts = append(opts, exprlang.Env(map[string]any{}), exprlang.AllowUndefinedVariables(), exprlang.Patch(&mf))
 	} else {
-		opts = append(opts, expr.Env(env))
+		opts = append(opts, exprlang.Env(env))
 	}
 	if want == "bool" {
-		opts = append(opts, expr.AsBool())
+		opts = append(opts, exprlang.AsBool())
 	}
-	p, err := expr.Compile(e.Source, opts...)
+	p, err := exprlang.Compile(e.Source, opts...)
 	if err != nil {
 		return err
 	}
@@ -141,9 +152,10 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	return nil
 }
 
-// errorPos returns the file position of a compile error inside e; lines
-// are the file's lines, for the indentation of block scalars.
-func (e *Expr) errorPos(err error, lines []string) (Pos, string) {
+// ErrorPos returns the file position of a compile error of e, and the
+// error's message without expr-lang's source snippet; lines are the file's lines,
+// for the indentation of block scalars.
+func (e *Expr) ErrorPos(err error, lines []string) (Pos, string) {
 	pos := e.pos
 	var fe *file.Error
 	if !errors.As(err, &fe) {
@@ -170,75 +182,28 @@ func (e *Expr) errorPos(err error, lines []string) (Pos, string) {
 	return pos, fe.Message
 }
 
-// compileExprs compiles every Expr reachable from v (a config struct pointer)
-// and reports compile errors at their position within the file.
-func (p *problems) compileExprs(v any) {
-	var env map[string]any
-	if en, ok := v.(ExprEnver); ok {
-		env = en.ExprEnv()
-	}
-	p.walkExprs(reflect.ValueOf(v), env, "")
-}
-
-var exprType = reflect.TypeFor[Expr]()
-
-func (p *problems) walkExprs(v reflect.Value, env map[string]any, want string) {
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface:
-		if !v.IsNil() {
-			p.walkExprs(v.Elem(), env, want)
-		}
-	case reflect.Struct:
-		if v.Type() == exprType {
-			e := v.Addr().Interface().(*Expr)
-			if e.Source == "" {
-				return
-			}
-			if err := e.Compile(env, want); err != nil {
-				pos, msg := e.errorPos(err, p.lines)
-				p.atPos(pos, "expression %q: %s", e.Source, msg)
-			}
-			return
-		}
-		for i := range v.NumField() {
-			f := v.Type().Field(i)
-			if f.IsExported() {
-				p.walkExprs(v.Field(i), env, f.Tag.Get("expr"))
-			}
-		}
-	case reflect.Slice, reflect.Array:
-		for i := range v.Len() {
-			p.walkExprs(v.Index(i), env, want)
-		}
-	case reflect.Map:
-		iter := v.MapRange()
-		for iter.Next() {
-			p.walkExprs(iter.Value(), env, want)
-		}
-	}
-}
-
 // VM evaluates compiled expressions. Each task goroutine owns its VMs.
 type VM struct {
 	vm vm.VM
 }
 
-// Eval runs e over env (a record's fields, or an ExprEnv environment).
+// Eval runs e over env (a record's fields, or the environment it was
+// compiled with).
 func (m *VM) Eval(e *Expr, env any) (any, error) {
 	return m.vm.Run(e.program, env)
 }
 
-// EvalRecord runs e over a record: its fields, and its source metadata as
-// _key (string, nil without a key), _headers (map of strings), _partition,
-// _offset and _timestamp (epoch ms) when the expression names them and the
-// record has metadata. Metadata is lent to the fields for the call only: a
+// EvalRecord runs e over a record: its fields, and its source metadata meta
+// (nil when it has none) as _key (string, nil without a key), _headers (map
+// of strings), _partition, _offset and _timestamp (epoch ms) when the
+// expression names them. Metadata is lent to fields for the call only: a
 // field of the same name is shadowed during it and restored after.
 //
 // A result that is, or holds in its maps and lists, a NaN or an infinite
 // float (`a / b` with b = 0) is an error wrapping ErrNotFinite: no record
 // field, key or event time is ever computed as one.
-func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
-	out, err := m.evalRecord(e, r)
+func (m *VM) EvalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error) {
+	out, err := m.evalRecord(e, fields, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -248,12 +213,19 @@ func (m *VM) EvalRecord(e *Expr, r *Record) (any, error) {
 	return out, nil
 }
 
-func (m *VM) evalRecord(e *Expr, r *Record) (any, error) {
-	if e.meta == 0 || r.Meta == nil {
-		return m.vm.Run(e.program, r.Fields)
+func (m *VM) evalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error) {
+	if e.meta == 0 || meta == nil {
+		return m.vm.Run(e.program, fields)
 	}
-	if r.Fields == nil {
-		r.Fields = map[string]any{}
+	if fields == nil {
+		// Nothing to put back: the metadata goes in a map of its own.
+		fields = make(map[string]any, len(metaNames))
+		for i, n := range metaNames {
+			if e.meta&(1<<i) != 0 {
+				fields[n] = metaValue(meta, i)
+			}
+		}
+		return m.vm.Run(e.program, fields)
 	}
 	// Only the names the expression uses are lent (and a field of the same
 	// name put back after).
@@ -261,18 +233,18 @@ func (m *VM) evalRecord(e *Expr, r *Record) (any, error) {
 	var had [len(metaNames)]bool
 	for i, n := range metaNames {
 		if e.meta&(1<<i) != 0 {
-			saved[i], had[i] = r.Fields[n]
-			r.Fields[n] = metaValue(r.Meta, i)
+			saved[i], had[i] = fields[n]
+			fields[n] = metaValue(meta, i)
 		}
 	}
-	out, err := m.vm.Run(e.program, r.Fields)
+	out, err := m.vm.Run(e.program, fields)
 	for i, n := range metaNames {
 		switch {
 		case e.meta&(1<<i) == 0:
 		case had[i]:
-			r.Fields[n] = saved[i]
+			fields[n] = saved[i]
 		default:
-			delete(r.Fields, n)
+			delete(fields, n)
 		}
 	}
 	return out, err
@@ -356,22 +328,22 @@ func (m *VM) EvalBool(e *Expr, env any) (bool, error) {
 	return b, nil
 }
 
-// NamedExpr is one entry of an ExprMap.
+// NamedExpr is one entry of a Map.
 type NamedExpr struct {
 	Name string
 	Expr Expr
 }
 
-// ExprMap is an ordered mapping of names to expressions (set, map, generator
+// Map is an ordered mapping of names to expressions (set, map, generator
 // fields, aggregates). Order is kept: later entries see earlier ones in set.
-type ExprMap []NamedExpr
+type Map []NamedExpr
 
 // UnmarshalYAML reads a mapping of name: expression.
-func (m *ExprMap) UnmarshalYAML(n *yaml.Node) error {
+func (m *Map) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("must be a mapping of field names to expressions, not %s", describeNode(n))
 	}
-	var out ExprMap
+	var out Map
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		var e Expr
 		if err := e.UnmarshalYAML(n.Content[i+1]); err != nil {
@@ -386,65 +358,13 @@ func (m *ExprMap) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Duration is a duration in a pipeline file: "200ms", "10s", "1h30m", "2d", or 0.
-type Duration time.Duration
-
-// UnmarshalYAML parses a duration.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseDuration(n.Value)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// Millis returns d in milliseconds.
-func (d Duration) Millis() int64 { return time.Duration(d).Milliseconds() }
-
-// ParseDuration parses Go durations plus a "d" (24h) unit and a bare 0.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "0" {
-		return 0, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (examples: 200ms, 10s, 5m, 1h, 2d)", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("duration %q must not be negative", s)
-	}
-	return d, nil
-}
-
-// StringList is one string or a list of strings.
-type StringList []string
-
-// UnmarshalYAML accepts a scalar or a sequence of scalars.
-func (l *StringList) UnmarshalYAML(n *yaml.Node) error {
+// describeNode names what a YAML node holds, for an error message.
+func describeNode(n *yaml.Node) string {
 	switch n.Kind {
-	case yaml.ScalarNode:
-		*l = StringList{n.Value}
-		return nil
+	case yaml.MappingNode:
+		return "a mapping"
 	case yaml.SequenceNode:
-		out := make(StringList, 0, len(n.Content))
-		for _, c := range n.Content {
-			if c.Kind != yaml.ScalarNode {
-				return fmt.Errorf("must be a string or a list of strings")
-			}
-			out = append(out, c.Value)
-		}
-		*l = out
-		return nil
+		return "a list"
 	}
-	return fmt.Errorf("must be a string or a list of strings, not %s", describeNode(n))
+	return fmt.Sprintf("%q", n.Value)
 }
