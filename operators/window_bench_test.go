@@ -151,13 +151,13 @@ sinks:
 	if err != nil {
 		b.Fatal(err)
 	}
-	plan, err := pipeline.Compile(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
 	start := time.Now()
 	for b.Loop() {
-		if err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{}); err != nil {
+		r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
+		if err == nil {
+			err = r.Run(context.Background())
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}

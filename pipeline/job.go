@@ -159,15 +159,6 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	return j, nil
 }
 
-// Run starts plan and waits for it; cancelling ctx stops it gracefully.
-func Run(ctx context.Context, plan *Plan, opts JobOptions) error {
-	j, err := Start(ctx, plan, opts)
-	if err != nil {
-		return err
-	}
-	return j.Wait()
-}
-
 // Stop asks the job to stop gracefully: sources stop reading, what they
 // read drains through the pipeline and sinks flush. Safe to call many times.
 func (j *Job) Stop() {

@@ -288,7 +288,9 @@ sinks:
 	})
 	t.Run("fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, "fail", ""))
-		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		r, err := pipeline.NewRunner(plan.Spec, pipeline.RunnerOptions{})
+		require.NoError(t, err)
+		err = r.Run(context.Background())
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 		require.ErrorContains(t, err, "boom")
 	})
