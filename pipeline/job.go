@@ -398,10 +398,11 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 	for _, e := range c.Head().Inputs {
 		for _, row := range chans[e] {
 			if ch := row[sub]; ch != nil {
-				t.inputs = append(t.inputs, &input{ch: ch, edge: e, wm: MinWatermark})
+				t.inputs = append(t.inputs, &input{ch: ch, edge: e, index: len(t.inputs), wm: MinWatermark})
 			}
 		}
 	}
+	t.align = newBarrierAligner(len(t.inputs), j.opts.AtLeastOnce)
 	byNode := map[*Node]*stage{}
 	for _, n := range c.Nodes {
 		info := SubtaskInfo{
