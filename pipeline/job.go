@@ -349,21 +349,27 @@ func (j *Job) build() error {
 	rt := j.plan.Spec.Runtime
 	// chans[edge][sender][receiver]
 	chans := map[*Edge][][]chan Batch{}
+	connect := func(e *Edge) {
+		m := make([][]chan Batch, e.From.Parallelism)
+		for s := range m {
+			m[s] = make([]chan Batch, e.To.Parallelism)
+			for r := range m[s] {
+				if e.connects(s, r) {
+					m[s][r] = make(chan Batch, rt.ChannelCapacity)
+				}
+			}
+		}
+		chans[e] = m
+	}
 	for _, n := range j.plan.Nodes {
 		for _, e := range n.Inputs {
 			if e.Chained {
 				continue
 			}
-			m := make([][]chan Batch, e.From.Parallelism)
-			for s := range m {
-				m[s] = make([]chan Batch, e.To.Parallelism)
-				for r := range m[s] {
-					if e.Partition != Forward || s == r {
-						m[s][r] = make(chan Batch, rt.ChannelCapacity)
-					}
-				}
+			connect(e)
+			if e.DeadLetters != nil {
+				connect(e.DeadLetters)
 			}
-			chans[e] = m
 		}
 	}
 	for _, c := range j.plan.Chains {
@@ -394,12 +400,21 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		name: fmt.Sprintf("%s[%d/%d]", c.Name(), sub, c.Parallelism),
 	}
 	t.logger = j.opts.Logger.With("task", t.name)
-	// Inputs of the head, in edge order then sender order.
-	for _, e := range c.Head().Inputs {
+	// Inputs of the head, in edge order then sender order, then those of
+	// the edges' dead letters.
+	addInputs := func(e *Edge, deadLetters bool) {
 		for _, row := range chans[e] {
 			if ch := row[sub]; ch != nil {
-				t.inputs = append(t.inputs, &input{ch: ch, edge: e, index: len(t.inputs), wm: MinWatermark})
+				t.inputs = append(t.inputs, &input{ch: ch, edge: e, index: len(t.inputs), wm: MinWatermark, deadLetters: deadLetters})
 			}
+		}
+	}
+	for _, e := range c.Head().Inputs {
+		addInputs(e, false)
+	}
+	for _, e := range c.Head().Inputs {
+		if e.DeadLetters != nil {
+			addInputs(e.DeadLetters, true)
 		}
 	}
 	t.align = newBarrierAligner(len(t.inputs), j.opts.AtLeastOnce)
@@ -427,11 +442,13 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 				streams[e.Side] = append(streams[e.Side], byNode[e.To])
 				continue
 			}
-			out := chans[e][sub]
-			if e.Partition == Forward {
-				out = out[sub : sub+1]
+			var deadLetters Emitter
+			if d := e.DeadLetters; d != nil {
+				dw := newWriter(d, d.receivers(sub, chans[d][sub]), spec.Runtime.BatchSize, s.info, j.cancel, nil)
+				t.writers = append(t.writers, dw)
+				deadLetters = dw
 			}
-			w := newWriter(e, out, spec.Runtime.BatchSize, s.info, j.cancel)
+			w := newWriter(e, e.receivers(sub, chans[e][sub]), spec.Runtime.BatchSize, s.info, j.cancel, deadLetters)
 			t.writers = append(t.writers, w)
 			streams[e.Side] = append(streams[e.Side], w)
 		}

@@ -53,6 +53,9 @@ type input struct {
 	ended  bool // end of data
 	closed bool // terminated
 	idle   bool
+	// deadLetters: the input carries the dead letters of a key_by head,
+	// which go to its errors stream.
+	deadLetters bool
 }
 
 // task runs one chain on one subtask: Flink's StreamTask with its mailbox.
@@ -715,7 +718,6 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 	}
 	rebuild()
-	keyedHead := t.head.op != nil && len(t.inputs) > 0 && t.inputs[0].edge.Partition == Hash
 	for {
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
@@ -747,14 +749,11 @@ func (t *task) runInputs(ctx context.Context) error {
 		b := v.Interface().(Batch)
 		if len(b.Records) > 0 {
 			in.idle = false
-			recs := b.Records
-			if keyedHead {
-				var err error
-				if recs, err = t.routeDeadLetters(recs); err != nil {
-					return err
-				}
+			to := Emitter(t.head)
+			if in.deadLetters {
+				to = t.head.side(ErrorsStream)
 			}
-			if err := t.head.Emit(recs); err != nil {
+			if err := to.Emit(b.Records); err != nil {
 				return err
 			}
 			putBatch(b.Records)
@@ -776,24 +775,6 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 		t.armFlush()
 	}
-}
-
-// routeDeadLetters sends the dead letters that senders built for records
-// whose key failed to this step's errors stream, and returns the rest.
-func (t *task) routeDeadLetters(recs []Record) ([]Record, error) {
-	n := 0
-	for _, r := range recs {
-		if r.Key == deadLetterKey {
-			r.Key = ""
-			if err := t.head.side(ErrorsStream).Emit([]Record{r}); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		recs[n] = r
-		n++
-	}
-	return recs[:n], nil
 }
 
 func (t *task) allClosed() bool {
