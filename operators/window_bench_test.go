@@ -119,7 +119,7 @@ func BenchmarkSession10kKeys(b *testing.B) {
 	benchRates(b, "window: {type: session, gap: 1s}")
 }
 
-// BenchmarkWindowPipeline10M runs a whole pipeline through pipeline.Run:
+// BenchmarkWindowPipeline10M runs a whole pipeline through a pipeline.Runner:
 // a generator of 10M events (10,000 keys, 1,000 events per ms of event
 // time), a 10s tumbling count + avg per key at parallelism 1, a blackhole
 // sink. It measures the runtime (generator expressions, batching, hash

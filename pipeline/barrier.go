@@ -3,8 +3,8 @@ package pipeline
 import "time"
 
 // barrierAligner is a task's checkpoint barrier handler over its inputs
-// (Flink's CheckpointBarrierHandler, DESIGN.md §2). It only keeps count:
-// the task reads the inputs, checkpoints and logs.
+// (Flink's CheckpointBarrierHandler). It only keeps count: the task reads
+// the inputs, checkpoints and logs.
 //
 // Aligned (checkpoint mode exactly_once, and every savepoint in either
 // mode): an input that delivered barrier N is blocked, its later records
