@@ -115,7 +115,7 @@ type Runner struct {
 }
 
 // NewRunner compiles spec and returns its runner; nothing runs or is
-// opened until Run.
+// opened until Run. spec must be valid (Load validates it).
 func NewRunner(spec *Spec, opts RunnerOptions) (*Runner, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -138,7 +138,8 @@ func NewRunner(spec *Spec, opts RunnerOptions) (*Runner, error) {
 }
 
 // Plan returns the plan of the current attempt (each restart compiles the
-// spec again), or of the last one once Run returned.
+// spec again), or of the last one once Run returned. Safe from any
+// goroutine; the CLI reads it for the run's summary once Run returned.
 func (r *Runner) Plan() *Plan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
