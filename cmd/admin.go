@@ -37,21 +37,15 @@ const (
 	savepointsDir = "savepoints"
 )
 
-// adminTarget is what the admin endpoint acts on: the run (runControl).
-// Its methods are called from the server's handler goroutines.
+// adminTarget is what the admin endpoint acts on: the run's
+// pipeline.Runner. Its methods are called from the server's handler
+// goroutines.
 type adminTarget interface {
-	// savepoint takes a savepoint into dir, or stops the run with one, and
-	// returns once the file is written.
-	savepoint(ctx context.Context, dir string, stop bool) (pipeline.Savepoint, error)
-	// state is "starting", "running", "stopping" or "restarting".
-	state() string
+	TriggerSavepoint(ctx context.Context, dir string) (pipeline.Savepoint, error)
+	StopWithSavepoint(ctx context.Context, dir string) error
+	FinalSavepoint(ctx context.Context) (pipeline.Savepoint, error)
+	State() pipeline.RunState
 }
-
-// Errors of adminTarget.savepoint that are not the pipeline's.
-var (
-	errRestarting = errors.New("the pipeline is waiting to restart after a failure: try again once it runs")
-	errStopping   = errors.New("the pipeline is stopping already")
-)
 
 // adminServer is the running admin endpoint.
 type adminServer struct {
@@ -87,7 +81,7 @@ func startAdmin(logger *slog.Logger, addr string, target adminTarget, m *pipelin
 			"addr", ln.Addr().String())
 	}
 	a := &adminServer{addr: ln.Addr().String(), served: make(chan error, 1)}
-	a.srv = &http.Server{Handler: adminHandler(target, m, name, spDir), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: adminHandler(logger, target, m, name, spDir), ReadHeaderTimeout: 10 * time.Second}
 	go func() { a.served <- a.srv.Serve(ln) }()
 	logger.Info("admin endpoint listening", "addr", a.addr)
 	return a, nil
@@ -168,7 +162,7 @@ func adminEndpointList(indent string) string {
 	return b.String()
 }
 
-func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) http.Handler {
+func adminHandler(logger *slog.Logger, target adminTarget, m *pipeline.Metrics, name, spDir string) http.Handler {
 	mux := http.NewServeMux()
 	// Only "/" itself: other unknown paths stay 404.
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -198,13 +192,13 @@ func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) h
 				return
 			}
 		}
-		sp, err := target.savepoint(r.Context(), dir, stop)
+		sp, err := savepoint(r.Context(), logger, target, dir, stop)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, savepointReply{ID: sp.ID, Path: sp.Path, Final: sp.Final})
-		case errors.Is(err, errRestarting):
+		case errors.Is(err, pipeline.ErrRestarting):
 			writeJSON(w, http.StatusServiceUnavailable, adminError{err.Error()})
-		case errors.Is(err, errStopping), errors.Is(err, pipeline.ErrJobEnding), errors.Is(err, pipeline.ErrNoCheckpoints):
+		case errors.Is(err, pipeline.ErrStopping), errors.Is(err, pipeline.ErrJobEnding), errors.Is(err, pipeline.ErrNoCheckpoints):
 			writeJSON(w, http.StatusConflict, adminError{err.Error()})
 		default:
 			writeJSON(w, http.StatusInternalServerError, adminError{err.Error()})
@@ -219,12 +213,15 @@ func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) h
 		writeJSON(w, http.StatusOK, savepointList{Pipeline: name, Dir: spDir, Savepoints: rows})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		state := target.state()
+		state := target.State()
+		if state > pipeline.RunRestarting {
+			state = pipeline.RunStopping // the run ended: the process exits
+		}
 		code := http.StatusOK
-		if state == "starting" || state == "restarting" {
+		if state == pipeline.RunStarting || state == pipeline.RunRestarting {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]string{"status": state})
+		writeJSON(w, code, map[string]string{"status": state.String()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /checkpoints", func(w http.ResponseWriter, r *http.Request) {
@@ -237,6 +234,19 @@ func adminHandler(target adminTarget, m *pipeline.Metrics, name, spDir string) h
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// savepoint takes a savepoint into dir, or stops the run with one (stop),
+// and returns once the file is written.
+func savepoint(ctx context.Context, logger *slog.Logger, target adminTarget, dir string, stop bool) (pipeline.Savepoint, error) {
+	if !stop {
+		return target.TriggerSavepoint(ctx, dir)
+	}
+	if err := target.StopWithSavepoint(ctx, dir); err != nil {
+		return pipeline.Savepoint{}, err
+	}
+	logger.Info("stopping with a savepoint, as the admin endpoint was asked: sources stop, in-flight records drain, sinks flush; signal to cancel", "dir", dir)
+	return target.FinalSavepoint(ctx)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

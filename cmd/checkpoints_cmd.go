@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,7 +187,7 @@ func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pip
 		return spec, dir, nil, nil
 	}
 	logger = logger.With("pipeline", spec.Name)
-	err = guardStore(dir, func() error {
+	err = statestore.Guard(dir, func() error {
 		var err error
 		store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: spec.Checkpoint.Retain, Logger: logger})
 		return err
@@ -200,20 +199,6 @@ func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pip
 		return nil, "", nil, runtimeFailure(fmt.Errorf("open the checkpoints of %q: %w", spec.Name, err))
 	}
 	return spec, dir, store, nil
-}
-
-// guardStore runs fn, which reads the checkpoint store of dir, turning a
-// panic or memory fault of bbolt on a damaged file into an error: these
-// commands are what one runs when something is wrong with the store.
-func guardStore(dir string, fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %s is damaged beyond its checksums (bbolt: %v); restore from a savepoint, or move the state dir away and start with eddy run --fresh",
-				statestore.ErrCheckpointCorrupt, filepath.Join(dir, statestore.CheckpointFileName), r)
-		}
-	}()
-	return fn()
 }
 
 // checkpointRow is one checkpoint of `checkpoints list`; the json format
@@ -257,7 +242,7 @@ func (o *checkpointsOptions) list(c *cobra.Command, file string) error {
 	out := checkpointList{Pipeline: spec.Name, Store: filepath.Join(dir, statestore.CheckpointFileName), Checkpoints: []checkpointRow{}}
 	if store != nil {
 		defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
-		err = guardStore(dir, func() error {
+		err = statestore.Guard(dir, func() error {
 			out.Checkpoints, err = listCheckpoints(c.Context(), store)
 			return err
 		})
@@ -399,7 +384,7 @@ func (o *checkpointsOptions) export(c *cobra.Command, file, idArg, path string) 
 	}
 	defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
 	var size int64
-	err = guardStore(dir, func() error {
+	err = statestore.Guard(dir, func() error {
 		if latest {
 			cp, err := store.Latest(c.Context())
 			if err != nil {

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,16 +25,33 @@ func newStateTarget(s string) *stateTarget {
 	return t
 }
 
-func (t *stateTarget) state() string { return t.s.Load().(string) }
+// State returns the RunState whose name the target holds.
+func (t *stateTarget) State() pipeline.RunState {
+	name := t.s.Load().(string)
+	for s := pipeline.RunStarting; s <= pipeline.RunAborted; s++ {
+		if s.String() == name {
+			return s
+		}
+	}
+	panic("no run state " + name)
+}
 
-func (t *stateTarget) savepoint(context.Context, string, bool) (pipeline.Savepoint, error) {
+func (t *stateTarget) TriggerSavepoint(context.Context, string) (pipeline.Savepoint, error) {
+	return pipeline.Savepoint{}, errors.New("no savepoints here")
+}
+
+func (t *stateTarget) StopWithSavepoint(context.Context, string) error {
+	return errors.New("no savepoints here")
+}
+
+func (t *stateTarget) FinalSavepoint(context.Context) (pipeline.Savepoint, error) {
 	return pipeline.Savepoint{}, errors.New("no savepoints here")
 }
 
 // TestAdminIndex: GET / lists every endpoint, `eddy run --help` too, and
 // every endpoint listed is served.
 func TestAdminIndex(t *testing.T) {
-	srv := httptest.NewServer(adminHandler(newStateTarget("running"), pipeline.NewMetrics(), "idx", t.TempDir()))
+	srv := httptest.NewServer(adminHandler(slog.Default(), newStateTarget("running"), pipeline.NewMetrics(), "idx", t.TempDir()))
 	defer srv.Close()
 
 	code, body := httpDo(t, http.MethodGet, srv.URL+"/", nil)
@@ -81,7 +99,7 @@ func TestProbeAddr(t *testing.T) {
 
 func TestHealthCommand(t *testing.T) {
 	target := newStateTarget("running")
-	srv := httptest.NewServer(adminHandler(target, pipeline.NewMetrics(), "h", t.TempDir()))
+	srv := httptest.NewServer(adminHandler(slog.Default(), target, pipeline.NewMetrics(), "h", t.TempDir()))
 	defer srv.Close()
 	addr := srv.Listener.Addr().String()
 	_, port, err := net.SplitHostPort(addr)

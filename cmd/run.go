@@ -3,14 +3,12 @@ package cmd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 
 	"github.com/eddy-stream/eddy/internal/memlimit"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 const (
@@ -127,42 +124,46 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	defer signal.Stop(sigs)
 
 	metrics := pipeline.NewMetrics()
-	// StateDir also without a checkpoint block: state.backend bbolt keeps
-	// its live files under it.
-	// The stdin source and the stdout sink use the command's streams.
-	opts := pipeline.JobOptions{Logger: logger, Metrics: metrics, AllowNonRestoredState: o.restore.allowDropped,
-		StateDir: stateDir(spec, o.global.v.GetString(keyStateDir)), Stdin: c.InOrStdin(), Stdout: c.OutOrStdout()}
-	var store *statestore.CheckpointStore
-	if spec.Checkpoint != nil {
-		dir := stateDir(spec, o.global.v.GetString(keyStateDir))
-		var restore *statestore.Checkpoint
-		var next int64
-		store, restore, next, err = openCheckpoints(c.Context(), logger, spec, dir, o.restore, c.InOrStdin(), c.ErrOrStderr())
-		if err != nil {
-			var ee *exitError
-			if errors.As(err, &ee) {
-				return err
-			}
-			logger.Error("cannot start", "err", err)
-			return reported(exitFailure)
-		}
-		defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
-		opts.Store, opts.FirstCheckpointID, opts.StateDir = pipeline.BoltCheckpoints(store), next, dir
-		if restore != nil {
-			defer func() { _ = restore.Close() }()
-			opts.Restore = pipeline.RestoredFrom(restore)
-		}
-	} else if o.restore.fresh || o.restore.fromSavepoint != "" {
+	pipelineDir := stateDir(spec, o.global.v.GetString(keyStateDir))
+	if spec.Checkpoint == nil && (o.restore.fresh || o.restore.fromSavepoint != "") {
 		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
 	}
-	pipelineDir := stateDir(spec, o.global.v.GetString(keyStateDir))
-	ctl := &runControl{logger: logger, checkpoints: spec.Checkpoint != nil, spDir: filepath.Join(pipelineDir, savepointsDir)}
-	if spec.Checkpoint != nil {
-		ctl.onSigterm = spec.Checkpoint.OnSigterm
+	if o.restore.fresh {
+		if err := confirmFresh(pipelineDir, o.restore.yes, c.InOrStdin(), c.ErrOrStderr()); err != nil {
+			return err
+		}
 	}
+	spDir := filepath.Join(pipelineDir, savepointsDir)
 	var admin *adminServer
+	ran := make(chan struct{}) // closed once Run returned
+	// StateDir also without a checkpoint block: state.backend bbolt keeps
+	// its live files under it.
+	var r *pipeline.Runner
+	r, err = pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: logger, Metrics: metrics, StateDir: pipelineDir,
+		Fresh: o.restore.fresh, FromSavepoint: o.restore.fromSavepoint, AllowNonRestoredState: o.restore.allowDropped,
+		Stdin: c.InOrStdin(), Stdout: c.OutOrStdout(),
+		OnStart: func(attempt int) {
+			if attempt == 1 {
+				go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
+			}
+			// The address file goes where the checkpoint store (whose lock
+			// this process holds) is: a pipeline without one gets no state
+			// dir.
+			if attempt == 1 && admin != nil && spec.Checkpoint != nil {
+				addrFile := filepath.Join(pipelineDir, adminAddrFile)
+				if err := admin.publish(addrFile); err != nil {
+					logger.Warn("eddy savepoint trigger will not find this run", "err", err.Error())
+				} else {
+					logger.Debug("admin endpoint address written", "file", addrFile)
+				}
+			}
+		}})
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return reported(exitFailure)
+	}
 	if adminEnabled(adminAddr) {
-		admin, err = startAdmin(logger, adminAddr, ctl, metrics, spec.Name, ctl.spDir)
+		admin, err = startAdmin(logger, adminAddr, r, metrics, spec.Name, spDir)
 		if err != nil {
 			logger.Error("cannot start", "err", err)
 			return reported(exitFailure)
@@ -174,106 +175,31 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		}()
 	}
 	start := time.Now()
-	policy := pipeline.NewRestartPolicy(spec.Restart)
-	var runErr error
-	var stop stopKind
-	for attempt := 1; ; attempt++ {
-		job, err := pipeline.Start(c.Context(), plan, opts)
-		if err != nil {
-			logger.Error("pipeline failed to start", "err", err)
-			return reported(exitFailure)
-		}
-		ctl.started(job)
-		// The address file goes where the checkpoint store (whose lock this
-		// process holds) is: a pipeline without one gets no state dir.
-		if attempt == 1 && admin != nil && spec.Checkpoint != nil {
-			addrFile := filepath.Join(pipelineDir, adminAddrFile)
-			if err := admin.publish(addrFile); err != nil {
-				logger.Warn("eddy savepoint trigger will not find this run", "err", err.Error())
-			} else {
-				logger.Debug("admin endpoint address written", "file", addrFile)
-			}
-		}
-	wait:
-		for {
-			select {
-			case <-job.Done():
-				break wait
-			case sig := <-sigs:
-				ctl.signal(c.Context(), sig)
-			}
-		}
-		runErr = job.Wait()
-		var finalSavepoint bool
-		stop, finalSavepoint = ctl.ended()
-		if stop == stopNoCheckpoint && errors.Is(runErr, context.Canceled) {
-			runErr = nil // the stop asked for
-		}
-		if finalSavepoint && runErr == nil {
-			sp, err := job.FinalSavepoint()
-			if err != nil {
-				runErr = fmt.Errorf("%w (the final checkpoint is in the store: eddy checkpoints export writes it as a savepoint)", err)
-			} else {
-				logger.Info("stopped with a savepoint", "checkpoint", sp.ID, "path", sp.Path)
-			}
-		}
-		if runErr == nil || stop != notStopped {
-			break
-		}
-		// A failure: restart from the latest checkpoint if the strategy allows.
-		delay, why := policy.Next(time.Now())
-		if why != nil {
-			if spec.Restart.Strategy != "none" {
-				logger.Error("not restarting", "reason", why.Error())
-			}
-			break
-		}
-		metrics.Restarted()
-		logger.Warn("pipeline failed: restarting from the latest checkpoint", "err", runErr.Error(), "restart", attempt, "delay", delay)
-		select {
-		case <-time.After(delay):
-		case sig := <-sigs:
-			logger.Info("not restarting: stopped while waiting to restart", "signal", sig.String())
-			return reported(exitFailure)
-		}
-		if opts, err = restartOptions(c.Context(), opts, store); err != nil {
-			logger.Error("cannot restart", "err", err)
-			return reported(exitFailure)
-		}
-		if plan, err = pipeline.Compile(spec); err != nil {
-			logger.Error("cannot restart", "err", err)
-			return reported(exitFailure)
-		}
+	runErr := r.Run(c.Context())
+	close(ran)
+	status := r.State()
+	if !status.Ended() {
+		return reported(exitFailure) // the runner logged why
 	}
 
-	status := "finished"
-	switch {
-	case stop == stopCancel:
-		status = "cancelled"
-	case runErr != nil:
-		status = "failed"
-	case stop != notStopped:
-		status = "stopped"
+	read, written, failed := summarize(logger, r.Plan(), metrics)
+	if status == pipeline.RunFinished && read == 0 && r.Restored() != 0 && o.restore.fromSavepoint == "" {
+		warnAlreadyFinished(logger, r.Restored())
 	}
-
-	read, written, failed := summarize(logger, plan, metrics)
-	if status == "finished" && read == 0 && opts.Restore != nil && o.restore.fromSavepoint == "" {
-		warnAlreadyFinished(logger, opts.Restore.ID())
-	}
-	attrs := []any{"status", status, "duration", time.Since(start).Round(time.Millisecond),
+	attrs := []any{"status", status.String(), "duration", time.Since(start).Round(time.Millisecond),
 		"records_read", read, "records_written", written}
 	if failed > 0 {
 		attrs = append(attrs, "record_errors", failed)
 	}
 	switch status {
-	case "cancelled":
+	case pipeline.RunCancelled:
 		logger.Warn("pipeline cancelled", attrs...)
 		return reported(exitFailure)
-	case "failed":
+	case pipeline.RunFailed:
 		logger.Error("pipeline failed", append(attrs, "err", runErr.Error())...)
 		return reported(exitFailure)
 	}
-	logger.Info("pipeline "+status, attrs...)
+	logger.Info("pipeline "+status.String(), attrs...)
 	return nil
 }
 
@@ -320,172 +246,62 @@ func summarize(logger *slog.Logger, plan *pipeline.Plan, m *pipeline.Metrics) (r
 	return read, written, failed
 }
 
-// restartOptions points the next attempt at the latest complete checkpoint
-// (none yet: the beginning) and at the next free checkpoint id.
-func restartOptions(ctx context.Context, opts pipeline.JobOptions, store *statestore.CheckpointStore) (pipeline.JobOptions, error) {
-	list, err := store.List()
-	if err != nil {
-		return opts, err
+// handleSignals handles SIGINT and SIGTERM until ran is closed. It runs on
+// a goroutine of its own from the start of the first job; a signal before
+// that waits in sigs.
+func handleSignals(ctx context.Context, logger *slog.Logger, r *pipeline.Runner, spec *pipeline.Spec, spDir string, sigs <-chan os.Signal, ran <-chan struct{}) {
+	for {
+		select {
+		case sig := <-sigs:
+			onSignal(ctx, logger, r, spec, spDir, sig)
+		case <-ran:
+			return
+		}
 	}
-	for _, c := range list {
-		opts.FirstCheckpointID = max(opts.FirstCheckpointID, c.ID+1)
+}
+
+// onSignal handles SIGINT or SIGTERM: the first stops the run as
+// on_sigterm (SIGTERM) or with a final checkpoint (SIGINT) says, the next
+// cancels it. While the run waits to restart, a signal ends it (the runner
+// logs that it does not restart).
+func onSignal(ctx context.Context, logger *slog.Logger, r *pipeline.Runner, spec *pipeline.Spec, spDir string, sig os.Signal) {
+	cancel := func() {
+		logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
+		r.Cancel()
 	}
-	latest, err := store.Latest(ctx)
-	switch {
-	case errors.Is(err, statestore.ErrNoCheckpoint):
-		opts.Restore = nil
-		return opts, nil
-	case err != nil:
-		return opts, err
-	}
-	// The checkpoint stays open (pinned against retention) for the rest of
-	// the process; a restart is rare.
-	opts.Restore = pipeline.RestoredFrom(latest)
-	return opts, nil
-}
-
-// stopKind is how a run was asked to stop.
-type stopKind int
-
-const (
-	notStopped       stopKind = iota
-	stopDrain                 // graceful, with a final checkpoint (if any)
-	stopSavepoint             // graceful, the final checkpoint taken as a savepoint
-	stopNoCheckpoint          // on_sigterm: none: at once, without a final checkpoint
-	stopCancel                // a second signal: at once
-)
-
-// runControl is what the signal handling (the run's goroutine) and the
-// admin endpoint (its handler goroutines) share: the job of the current
-// attempt (nil between attempts) and how the run was asked to stop.
-type runControl struct {
-	logger      *slog.Logger
-	checkpoints bool
-	onSigterm   pipeline.SigtermAction
-	spDir       string // the default savepoint directory
-
-	mu             sync.Mutex
-	job            *pipeline.Job
-	attempts       int
-	stop           stopKind
-	finalSavepoint bool // the job accepted a stop with savepoint
-}
-
-// started records the job of a new attempt.
-func (r *runControl) started(job *pipeline.Job) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.job, r.stop, r.finalSavepoint = job, notStopped, false
-	r.attempts++
-}
-
-// ended records that the attempt's job ended, and says how it was asked to
-// stop and whether with a savepoint.
-func (r *runControl) ended() (stopKind, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.job = nil
-	return r.stop, r.finalSavepoint
-}
-
-// state is the run's state for GET /healthz: starting, running, stopping
-// or restarting (waiting for the restart delay).
-func (r *runControl) state() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.job != nil && r.stop != notStopped:
-		return "stopping"
-	case r.job != nil:
-		return "running"
-	case r.stop != notStopped:
-		return "stopping"
-	case r.attempts == 0:
-		return "starting"
-	}
-	return "restarting"
-}
-
-// signal handles SIGINT or SIGTERM while a job runs: the first stops it
-// as on_sigterm (SIGTERM) or with a final checkpoint (SIGINT) says, the
-// next cancels it. Called on the run's goroutine.
-func (r *runControl) signal(ctx context.Context, sig os.Signal) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stop != notStopped {
-		r.stop = stopCancel
-		r.logger.Warn("cancelling: records in flight are dropped", "signal", sig.String())
-		r.job.Cancel()
+	switch r.State() {
+	case pipeline.RunStopping:
+		cancel()
+		return
+	case pipeline.RunRestarting:
+		_ = r.Stop()
 		return
 	}
 	action := pipeline.SigtermCheckpoint
-	if sig == syscall.SIGTERM && r.checkpoints {
-		action = r.onSigterm
+	if sig == syscall.SIGTERM && spec.Checkpoint != nil {
+		action = spec.Checkpoint.OnSigterm
 	}
+	var err error
 	switch action {
 	case pipeline.SigtermSavepoint:
-		r.logger.Info("stopping with a savepoint: sources stop, in-flight records drain, sinks flush, the final checkpoint is written as a savepoint; signal again to cancel",
-			"signal", sig.String(), "dir", r.spDir)
-		if err := r.stopWithSavepoint(ctx, r.spDir); err != nil {
-			r.logger.Warn("stopping with the final checkpoint, without a savepoint", "reason", err.Error())
-			r.stop = stopDrain
-			r.job.Stop()
+		logger.Info("stopping with a savepoint: sources stop, in-flight records drain, sinks flush, the final checkpoint is written as a savepoint; signal again to cancel",
+			"signal", sig.String(), "dir", spDir)
+		if err = r.StopWithSavepoint(ctx, spDir); err != nil && !errors.Is(err, pipeline.ErrStopping) {
+			logger.Warn("stopping with the final checkpoint, without a savepoint", "reason", err.Error())
+			err = r.Stop()
 		}
 	case pipeline.SigtermNone:
-		r.stop = stopNoCheckpoint
-		r.logger.Info("stopping without a final checkpoint (on_sigterm: none): records in flight are dropped, the next run restores the latest checkpoint",
+		logger.Info("stopping without a final checkpoint (on_sigterm: none): records in flight are dropped, the next run restores the latest checkpoint",
 			"signal", sig.String())
-		r.job.Cancel()
+		err = r.StopWithoutCheckpoint()
 	default:
-		r.stop = stopDrain
-		r.logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
+		logger.Info("stopping gracefully: sources stop, in-flight records drain, sinks flush; signal again to cancel",
 			"signal", sig.String())
-		r.job.Stop()
+		err = r.Stop()
 	}
-}
-
-// stopWithSavepoint asks the job for a stop with savepoint into dir; r.mu
-// is held. On failure nothing changed.
-func (r *runControl) stopWithSavepoint(ctx context.Context, dir string) error {
-	if err := r.job.StopWithSavepoint(ctx, dir); err != nil {
-		return err
+	if errors.Is(err, pipeline.ErrStopping) {
+		cancel() // the admin endpoint stopped it meanwhile
 	}
-	r.stop, r.finalSavepoint = stopSavepoint, true
-	return nil
-}
-
-// savepoint takes a savepoint into dir for the admin endpoint, or stops the
-// run with one (stop), and returns once the file is written. Called from
-// the endpoint's handler goroutines.
-func (r *runControl) savepoint(ctx context.Context, dir string, stop bool) (pipeline.Savepoint, error) {
-	r.mu.Lock()
-	job := r.job
-	switch {
-	case job == nil && r.stop != notStopped:
-		r.mu.Unlock()
-		return pipeline.Savepoint{}, errStopping
-	case job == nil:
-		r.mu.Unlock()
-		return pipeline.Savepoint{}, errRestarting
-	case !stop:
-		r.mu.Unlock()
-		return job.TriggerSavepoint(ctx, dir)
-	case r.stop != notStopped:
-		r.mu.Unlock()
-		return pipeline.Savepoint{}, errStopping
-	}
-	r.logger.Info("stopping with a savepoint, as the admin endpoint was asked: sources stop, in-flight records drain, sinks flush; signal to cancel", "dir", dir)
-	err := r.stopWithSavepoint(ctx, dir)
-	r.mu.Unlock()
-	if err != nil {
-		return pipeline.Savepoint{}, err
-	}
-	select {
-	case <-job.Done():
-	case <-ctx.Done():
-		return pipeline.Savepoint{}, fmt.Errorf("stop with savepoint: %w (the stop goes on)", ctx.Err())
-	}
-	return job.FinalSavepoint()
 }
 
 // checkAdminAddr rejects an --admin-addr that is neither off nor HOST:PORT.

@@ -280,7 +280,7 @@ func readSavepoint(path string) savepointRow {
 	if st, err := os.Stat(path); err == nil {
 		r.Size = st.Size()
 	}
-	err := guardStore(filepath.Dir(path), func() error {
+	err := statestore.Guard(filepath.Dir(path), func() error {
 		cp, err := statestore.OpenSavepoint(path)
 		if err != nil {
 			return err

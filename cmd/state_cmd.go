@@ -271,7 +271,7 @@ func (o *stateOptions) resolve(c *cobra.Command, path string) (inspectTarget, er
 }
 
 // guardFile runs fn, which reads the checkpoint file path, turning a panic
-// or memory fault of bbolt on a damaged file into an error (as guardStore
+// or memory fault of bbolt on a damaged file into an error (as statestore.Guard
 // does for a store).
 func guardFile(path string, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

@@ -474,9 +474,9 @@ func runPipeline(t *testing.T, text string) map[string][]map[string]any {
 	t.Setenv("OUT", out)
 	spec, err := pipeline.Load(pipeline.Default, "t.yaml", []byte(text))
 	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
 	require.NoError(t, err)
-	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{}))
+	require.NoError(t, r.Run(context.Background()))
 	return readOutputs(t, out)
 }
 

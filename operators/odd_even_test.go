@@ -17,9 +17,9 @@ func TestOddEvenConfig(t *testing.T) {
 	t.Setenv("EDDY_OUT", out)
 	spec, err := pipeline.LoadFile(pipeline.Default, "../configs/odd_even.yaml")
 	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
 	require.NoError(t, err)
-	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{}))
+	require.NoError(t, r.Run(context.Background()))
 	got := readOutputs(t, out)
 	require.Len(t, got, 2)
 

@@ -119,7 +119,7 @@ func BenchmarkSession10kKeys(b *testing.B) {
 	benchRates(b, "window: {type: session, gap: 1s}")
 }
 
-// BenchmarkWindowPipeline10M runs a whole pipeline through pipeline.Run:
+// BenchmarkWindowPipeline10M runs a whole pipeline through a pipeline.Runner:
 // a generator of 10M events (10,000 keys, 1,000 events per ms of event
 // time), a 10s tumbling count + avg per key at parallelism 1, a blackhole
 // sink. It measures the runtime (generator expressions, batching, hash
@@ -151,13 +151,13 @@ sinks:
 	if err != nil {
 		b.Fatal(err)
 	}
-	plan, err := pipeline.Compile(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
 	start := time.Now()
 	for b.Loop() {
-		if err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{}); err != nil {
+		r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
+		if err == nil {
+			err = r.Run(context.Background())
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -37,12 +37,12 @@ sinks:
 `, b.N, tc.step)
 			spec, err := pipeline.Load(testEnv(), "bench.yaml", []byte(text))
 			require.NoError(b, err)
-			plan, err := pipeline.Compile(spec)
+			r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
 			require.NoError(b, err)
 			spec.Sinks[0].Config.(*collectConfig).c = newCollector()
 			b.ReportAllocs()
 			b.ResetTimer()
-			require.NoError(b, pipeline.Run(context.Background(), plan, pipeline.JobOptions{}))
+			require.NoError(b, r.Run(context.Background()))
 		})
 	}
 }

@@ -113,7 +113,7 @@ func TestRestoreRefusesToDropState(t *testing.T) {
 	store, log := newMemStore(), newTxnLog()
 	plan, _ := load(t, fmt.Sprintf(exactlyOnceText, "exactly_once", 1))
 	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
-	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: store}))
+	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
 	restored := store.latest()
 	require.NotNil(t, restored)
 

@@ -19,6 +19,12 @@ var (
 	// ErrJobEnding is returned for a savepoint requested once the job ends
 	// or takes its final checkpoint.
 	ErrJobEnding = errors.New("the job is ending")
+	// ErrStopping is returned by a Runner asked to stop, or to take a
+	// savepoint, once a stop was asked already.
+	ErrStopping = errors.New("the pipeline is stopping already")
+	// ErrRestarting is returned by a Runner asked for a savepoint while no
+	// job runs: it waits to restart after a failure (or has not started).
+	ErrRestarting = errors.New("the pipeline is waiting to restart after a failure: try again once it runs")
 )
 
 // SinkRecordError is what a Sink's Write returns for a record it cannot

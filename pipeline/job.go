@@ -166,15 +166,6 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	return j, nil
 }
 
-// Run starts plan and waits for it; cancelling ctx stops it gracefully.
-func Run(ctx context.Context, plan *Plan, opts JobOptions) error {
-	j, err := Start(ctx, plan, opts)
-	if err != nil {
-		return err
-	}
-	return j.Wait()
-}
-
 // Stop asks the job to stop gracefully: sources stop reading, what they
 // read drains through the pipeline and sinks flush. Safe to call many times.
 func (j *Job) Stop() {
@@ -365,21 +356,27 @@ func (j *Job) build() error {
 	rt := j.plan.Spec.Runtime
 	// chans[edge][sender][receiver]
 	chans := map[*Edge][][]chan Batch{}
+	connect := func(e *Edge) {
+		m := make([][]chan Batch, e.From.Parallelism)
+		for s := range m {
+			m[s] = make([]chan Batch, e.To.Parallelism)
+			for r := range m[s] {
+				if e.connects(s, r) {
+					m[s][r] = make(chan Batch, rt.ChannelCapacity)
+				}
+			}
+		}
+		chans[e] = m
+	}
 	for _, n := range j.plan.Nodes {
 		for _, e := range n.Inputs {
 			if e.Chained {
 				continue
 			}
-			m := make([][]chan Batch, e.From.Parallelism)
-			for s := range m {
-				m[s] = make([]chan Batch, e.To.Parallelism)
-				for r := range m[s] {
-					if e.Partition != Forward || s == r {
-						m[s][r] = make(chan Batch, rt.ChannelCapacity)
-					}
-				}
+			connect(e)
+			if e.DeadLetters != nil {
+				connect(e.DeadLetters)
 			}
-			chans[e] = m
 		}
 	}
 	for _, c := range j.plan.Chains {
@@ -410,14 +407,24 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		name: fmt.Sprintf("%s[%d/%d]", c.Name(), sub, c.Parallelism),
 	}
 	t.logger = j.opts.Logger.With("task", t.name)
-	// Inputs of the head, in edge order then sender order.
-	for _, e := range c.Head().Inputs {
+	// Inputs of the head, in edge order then sender order, then those of
+	// the edges' dead letters.
+	addInputs := func(e *Edge, deadLetters bool) {
 		for _, row := range chans[e] {
 			if ch := row[sub]; ch != nil {
-				t.inputs = append(t.inputs, &input{ch: ch, edge: e, wm: MinWatermark})
+				t.inputs = append(t.inputs, &input{ch: ch, edge: e, index: len(t.inputs), wm: MinWatermark, deadLetters: deadLetters})
 			}
 		}
 	}
+	for _, e := range c.Head().Inputs {
+		addInputs(e, false)
+	}
+	for _, e := range c.Head().Inputs {
+		if e.DeadLetters != nil {
+			addInputs(e.DeadLetters, true)
+		}
+	}
+	t.align = newBarrierAligner(len(t.inputs), j.opts.AtLeastOnce)
 	byNode := map[*Node]*stage{}
 	for _, n := range c.Nodes {
 		info := SubtaskInfo{
@@ -443,11 +450,13 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 				streams[e.Side] = append(streams[e.Side], byNode[e.To])
 				continue
 			}
-			out := chans[e][sub]
-			if e.Partition == Forward {
-				out = out[sub : sub+1]
+			var deadLetters Emitter
+			if d := e.DeadLetters; d != nil {
+				dw := newWriter(d, d.receivers(sub, chans[d][sub]), spec.Runtime.BatchSize, s.info, j.cancel, nil)
+				t.writers = append(t.writers, dw)
+				deadLetters = dw
 			}
-			w := newWriter(e, out, spec.Runtime.BatchSize, s.info, j.cancel)
+			w := newWriter(e, e.receivers(sub, chans[e][sub]), spec.Runtime.BatchSize, s.info, j.cancel, deadLetters)
 			t.writers = append(t.writers, w)
 			streams[e.Side] = append(streams[e.Side], w)
 		}

@@ -301,5 +301,18 @@ func run(t *testing.T, plan *pipeline.Plan) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, pipeline.Run(ctx, plan, pipeline.JobOptions{}))
+	r, err := pipeline.NewRunner(plan.Spec, pipeline.RunnerOptions{})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(ctx))
+}
+
+// runJob starts plan with opts and waits for it to end: the job alone,
+// without a Runner, for tests that bring their own checkpoint store or
+// restore point.
+func runJob(ctx context.Context, plan *pipeline.Plan, opts pipeline.JobOptions) error {
+	job, err := pipeline.Start(ctx, plan, opts)
+	if err != nil {
+		return err
+	}
+	return job.Wait()
 }

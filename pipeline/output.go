@@ -7,11 +7,6 @@ import (
 	"github.com/eddy-stream/eddy/expr"
 )
 
-// deadLetterKey marks a dead letter that a hash edge's sender built for a
-// record whose key failed; the receiving key_by task routes it to its errors
-// stream. It is not a valid key encoding.
-const deadLetterKey = "\x00dead-letter"
-
 // writer is the sending end of one non-chained edge on one subtask: it
 // partitions records into per-receiver buffers and sends full batches, or
 // partial ones at flush, always before a control event.
@@ -33,15 +28,18 @@ type writer struct {
 	maxPar  int
 }
 
-func newWriter(e *Edge, chans []chan Batch, batchSize int, sender SubtaskInfo, done <-chan struct{}) *writer {
+// newWriter returns the writer of edge e on subtask sender into chans, the
+// channels to the receivers it addresses. deadLetters is the writer of
+// e.DeadLetters, or nil.
+func newWriter(e *Edge, chans []chan Batch, batchSize int, sender SubtaskInfo, done <-chan struct{}, deadLetters Emitter) *writer {
 	w := &writer{edge: e, chans: chans, bufs: make([][]Record, len(chans)), batchSize: batchSize, maxPar: sender.MaxParallelism, done: done}
 	if e.Partition == Hash {
 		// Key failures follow the on_error policy of the key_by step. Its
-		// dead letters travel to the step's subtask 0, which owns its
-		// errors stream.
+		// dead letters travel over their own edge to the step's subtask 0,
+		// which owns its errors stream.
 		info := sender
 		info.ID = e.To.ID
-		w.errs = NewErrorHandler(info, e.To.Step.OnError, EmitterFunc(w.emitDeadLetter))
+		w.errs = NewErrorHandler(info, e.To.Step.OnError, deadLetters)
 		w.keyVals = make([]any, len(e.KeyExprs))
 	}
 	return w
@@ -50,7 +48,7 @@ func newWriter(e *Edge, chans []chan Batch, batchSize int, sender SubtaskInfo, d
 // Emit partitions b into the receivers' buffers.
 func (w *writer) Emit(b []Record) error {
 	switch w.edge.Partition {
-	case Forward:
+	case Forward, Global:
 		for _, r := range b {
 			if err := w.add(0, r); err != nil {
 				return err
@@ -119,16 +117,6 @@ func (w *writer) key(r Record) (string, error) {
 		return "", err
 	}
 	return string(w.keyBuf), nil
-}
-
-func (w *writer) emitDeadLetter(b []Record) error {
-	for _, r := range b {
-		r.Key = deadLetterKey
-		if err := w.add(0, r); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (w *writer) add(i int, r Record) error {

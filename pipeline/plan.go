@@ -38,6 +38,10 @@ const (
 	Rebalance
 	// Broadcast sends every record to every receiving subtask.
 	Broadcast
+	// Global sends every record to the first receiving subtask (Flink's
+	// GlobalPartitioner): the dead letters of a key_by step go to the
+	// subtask that owns its errors stream.
+	Global
 )
 
 func (p Partitioning) String() string {
@@ -48,6 +52,8 @@ func (p Partitioning) String() string {
 		return "hash"
 	case Rebalance:
 		return "rebalance"
+	case Global:
+		return "global"
 	}
 	return "broadcast"
 }
@@ -80,6 +86,36 @@ type Edge struct {
 	KeyExprs []*expr.Expr
 	// Chained edges are direct calls inside one task.
 	Chained bool
+	// DeadLetters, on a Hash edge into a key_by step with on_error:
+	// dead_letter, is the edge of the dead letters the senders build for
+	// records whose key failed: Global, to the step's subtask 0, which
+	// emits them on its errors stream. It is not among the nodes' Inputs
+	// and Outputs: it runs beside its hash edge.
+	DeadLetters *Edge
+}
+
+// connects reports whether the edge has a channel from sender subtask s to
+// receiver subtask r.
+func (e *Edge) connects(s, r int) bool {
+	switch e.Partition {
+	case Forward:
+		return s == r
+	case Global:
+		return r == 0
+	}
+	return true
+}
+
+// receivers returns the channels of sender subtask s among row, its
+// channels to every receiver, in the order the writer addresses them.
+func (e *Edge) receivers(s int, row []chan Batch) []chan Batch {
+	switch e.Partition {
+	case Forward:
+		return row[s : s+1]
+	case Global:
+		return row[:1]
+	}
+	return row
 }
 
 // Chain is a group of nodes that runs as one task per subtask: the head and
@@ -171,6 +207,9 @@ func Compile(spec *Spec) (*Plan, error) {
 			}
 			e := &Edge{From: from, Side: in.Side, To: n, Input: len(n.Inputs)}
 			e.Partition, e.KeyExprs = partitioning(e)
+			if e.Partition == Hash && n.Step.OnError == OnErrorDeadLetter {
+				e.DeadLetters = &Edge{From: from, Side: in.Side, To: n, Input: e.Input, Partition: Global}
+			}
 			n.Inputs = append(n.Inputs, e)
 			from.Outputs = append(from.Outputs, e)
 		}

@@ -292,12 +292,14 @@ sinks:
 		plan, _ := load(t, strings.Replace(fmt.Sprintf(text, "x", ""), "    on_error: x\n", "", 1))
 		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Steps[0].OnError)
 		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Sources[0].OnError)
-		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		err := runJob(context.Background(), plan, pipeline.JobOptions{})
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	})
 	t.Run("fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, "fail", ""))
-		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		r, err := pipeline.NewRunner(plan.Spec, pipeline.RunnerOptions{})
+		require.NoError(t, err)
+		err = r.Run(context.Background())
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 		require.ErrorContains(t, err, "boom")
 	})
@@ -316,20 +318,25 @@ sinks:
 	})
 }
 
+// TestKeyErrorsFollowTheKeyStepsPolicy: records whose key fails go, as
+// dead letters, over an edge of their own to the key_by step's subtask 0,
+// which emits them on its errors stream; with checkpoints, barriers cross
+// that edge too.
 func TestKeyErrorsFollowTheKeyStepsPolicy(t *testing.T) {
-	plan, cols := load(t, `
+	const text = `
 version: 1
 name: keyerr
+%s
 sources:
   - id: nums
     type: seq
-    count: 10
+    count: 1000
     parallelism: 2
 steps:
   - id: k
-    keyed: '{"map": 1}'
-    on_error: dead_letter
-    parallelism: 2
+    keyed: 'n %% 4 == 0 ? {"map": 1} : n'
+    on_error: %s
+    parallelism: 3
 sinks:
   - id: out
     type: collect
@@ -337,12 +344,39 @@ sinks:
     type: collect
     from: k.errors
     parallelism: 1
-`)
-	run(t, plan)
-	require.Empty(t, cols["out"].all())
-	dead := cols["dead"].all()
-	require.Len(t, dead, 10)
-	require.Contains(t, dead[0]["error"], "key_by")
+`
+	for _, tt := range []struct {
+		name, checkpoint string
+	}{
+		{name: "without checkpoints"},
+		{name: "exactly_once", checkpoint: "checkpoint:\n  interval: 1ms"},
+		{name: "at_least_once", checkpoint: "checkpoint:\n  interval: 1ms\n  mode: at_least_once"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, cols := load(t, fmt.Sprintf(text, tt.checkpoint, "dead_letter"))
+			e := plan.Node("k").Inputs[0]
+			require.Equal(t, pipeline.Hash, e.Partition)
+			require.NotNil(t, e.DeadLetters)
+			require.Equal(t, pipeline.Global, e.DeadLetters.Partition)
+			require.NotContains(t, plan.Node("nums").Outputs, e.DeadLetters, "not a node output")
+			store := newMemStore()
+			require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
+			require.Len(t, cols["out"].all(), 750)
+			dead := cols["dead"].all()
+			require.Len(t, dead, 250)
+			for _, d := range dead {
+				require.Contains(t, d["error"], "key_by")
+				require.Equal(t, 0, d["record"].(map[string]any)["n"].(int)%4)
+			}
+			if tt.checkpoint != "" {
+				require.NotZero(t, store.count(), "checkpoints completed")
+			}
+		})
+	}
+	t.Run("skip: no dead-letter edge", func(t *testing.T) {
+		plan, _ := load(t, fmt.Sprintf(text, "", "skip"))
+		require.Nil(t, plan.Node("k").Inputs[0].DeadLetters)
+	})
 }
 
 // A key that is NaN or infinite (a division by zero) is a key error.

@@ -238,7 +238,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
 			require.Equal(t, float64(sp.ID), gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 			// A later job of the same run that starts empty clears it.
-			require.NoError(t, pipeline.Run(context.Background(), loadSavepointPlan(t, newTxnLog(), "1h", mode, 3, "count: 10"),
+			require.NoError(t, runJob(context.Background(), loadSavepointPlan(t, newTxnLog(), "1h", mode, 3, "count: 10"),
 				pipeline.JobOptions{Store: newRecStore(t, 3), Metrics: metrics}))
 			require.Nil(t, metrics.CheckpointStats().Restored)
 			require.Zero(t, gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
@@ -275,7 +275,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cp.Close()) }()
 	plan2 := loadSavepointPlan(t, log, "5ms", "exactly_once", 3, fmt.Sprintf("count: %d", n))
-	require.NoError(t, pipeline.Run(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
+	require.NoError(t, runJob(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
 	requireExactlyOnce(t, log.output(), n)
 }
 
@@ -540,7 +540,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 		counts[src] = int(binary.BigEndian.Uint64(pos)) + 500
 	}
 	plan = loadAligned(t, log, "at_least_once", fmt.Sprintf("count: %d", counts["a"]), fmt.Sprintf("count: %d", counts["b"]))
-	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
+	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
 
 	seen := map[string]map[int]int{"a": {}, "b": {}}
 	perKey := map[int][]int64{}

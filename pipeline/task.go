@@ -47,15 +47,16 @@ func (t *task) post(m mail) {
 
 // input is one channel into a task: from one sender subtask over one edge.
 type input struct {
-	ch      chan Batch
-	edge    *Edge
-	wm      int64
-	ended   bool // end of data
-	closed  bool // terminated
-	blocked bool
-	idle    bool
-	// barrier is true once the current checkpoint's barrier arrived here.
-	barrier bool
+	ch     chan Batch
+	edge   *Edge
+	index  int // in task.inputs and the task's barrierAligner
+	wm     int64
+	ended  bool // end of data
+	closed bool // terminated
+	idle   bool
+	// deadLetters: the input carries the dead letters of a key_by head,
+	// which go to its errors stream.
+	deadLetters bool
 }
 
 // task runs one chain on one subtask: Flink's StreamTask with its mailbox.
@@ -82,10 +83,8 @@ type task struct {
 	wake   *time.Timer
 	wakeAt int64
 
-	// Barrier alignment: the checkpoint being aligned (ID 0 when none),
-	// and when its first barrier arrived.
-	aligning   Barrier
-	alignStart time.Time
+	// align tracks the checkpoint barriers of the inputs.
+	align *barrierAligner
 	// cpGauges describe the newest checkpoint the task took.
 	cpGauges TaskCheckpointGauges
 	// position is the source head's position after the last emitted record.
@@ -100,9 +99,6 @@ type task struct {
 	srcPositions map[int64][]byte
 	// srcSplits are the splits the source declared at Open.
 	srcSplits []int
-	// abortedUpTo is the newest checkpoint the coordinator aborted: its
-	// barriers, if any still arrive, are ignored.
-	abortedUpTo int64
 	// finalDone is set once the run's final checkpoint completed.
 	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
@@ -235,13 +231,13 @@ func (t *task) advance(wm int64) error {
 	return t.broadcast(&Control{Kind: ControlWatermark, Watermark: wm})
 }
 
-// checkpoint captures the chain's state at barrier b, acks it and forwards
-// the barrier. Sinks flush so that everything before the barrier is out.
-func (t *task) checkpoint(ctx context.Context, b Barrier) error {
+// checkpoint captures the chain's state at barrier b, whose first copy
+// arrived at first, acks it and forwards the barrier. Sinks flush so that
+// everything before the barrier is out.
+func (t *task) checkpoint(ctx context.Context, b Barrier, first time.Time) error {
 	start := time.Now()
-	first := start // a source head's barrier arrives when the task takes it
-	if !t.alignStart.IsZero() {
-		first, t.alignStart = t.alignStart, time.Time{}
+	if first.IsZero() {
+		first = start // a source head's barrier arrives when the task takes it
 	}
 	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
 	if t.head.src != nil {
@@ -389,13 +385,8 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 // pre-committed for it stays pending: the next completed checkpoint
 // commits it.
 func (t *task) onAborted(ctx context.Context, id int64) error {
-	t.abortedUpTo = max(t.abortedUpTo, id)
-	if t.aligning.ID != 0 && t.aligning.ID <= id {
-		t.logger.Info("checkpoint aborted: releasing the inputs held for it", "checkpoint", t.aligning.ID)
-		t.aligning, t.alignStart = Barrier{}, time.Time{}
-		for _, in := range t.inputs {
-			in.barrier, in.blocked = false, false
-		}
+	if ended := t.align.abort(id); ended != 0 {
+		t.logger.Info("checkpoint aborted: releasing the inputs held for it", "checkpoint", ended)
 	}
 	delete(t.srcPositions, id)
 	for _, s := range t.stages {
@@ -590,7 +581,7 @@ func (t *task) runSource(ctx context.Context) error {
 			t.armFlush()
 		case m := <-t.mailbox:
 			if m.barrier != nil {
-				if err := t.checkpoint(ctx, *m.barrier); err != nil {
+				if err := t.checkpoint(ctx, *m.barrier, time.Time{}); err != nil {
 					return err
 				}
 				if m.barrier.Final {
@@ -731,14 +722,13 @@ func (t *task) runInputs(ctx context.Context) error {
 	rebuild := func() {
 		cases, active = cases[:fixedCases], active[:0]
 		for _, in := range t.inputs {
-			if !in.closed && !in.blocked {
+			if !in.closed && !t.align.blocked(in.index) {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(in.ch)})
 				active = append(active, in)
 			}
 		}
 	}
 	rebuild()
-	keyedHead := t.head.op != nil && len(t.inputs) > 0 && t.inputs[0].edge.Partition == Hash
 	for {
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
@@ -770,14 +760,11 @@ func (t *task) runInputs(ctx context.Context) error {
 		b := v.Interface().(Batch)
 		if len(b.Records) > 0 {
 			in.idle = false
-			recs := b.Records
-			if keyedHead {
-				var err error
-				if recs, err = t.routeDeadLetters(recs); err != nil {
-					return err
-				}
+			to := Emitter(t.head)
+			if in.deadLetters {
+				to = t.head.side(ErrorsStream)
 			}
-			if err := t.head.Emit(recs); err != nil {
+			if err := to.Emit(b.Records); err != nil {
 				return err
 			}
 			putBatch(b.Records)
@@ -799,24 +786,6 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 		t.armFlush()
 	}
-}
-
-// routeDeadLetters sends the dead letters that senders built for records
-// whose key failed to this step's errors stream, and returns the rest.
-func (t *task) routeDeadLetters(recs []Record) ([]Record, error) {
-	n := 0
-	for _, r := range recs {
-		if r.Key == deadLetterKey {
-			r.Key = ""
-			if err := t.head.side(ErrorsStream).Emit([]Record{r}); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		recs[n] = r
-		n++
-	}
-	return recs[:n], nil
 }
 
 func (t *task) allClosed() bool {
@@ -861,11 +830,7 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 		return false, nil
 	case ControlTerminate:
 		in.closed = true
-		if t.aligning.ID != 0 {
-			_, err := t.maybeAligned(ctx)
-			return true, err
-		}
-		return true, nil
+		return true, t.aligned(ctx, t.align.onClosed(in.index))
 	}
 	return false, fmt.Errorf("unknown control event %d", c.Kind)
 }
@@ -897,48 +862,23 @@ func (t *task) updateWatermark() error {
 	return t.advance(wm)
 }
 
-// onBarrier aligns checkpoint barriers: in exactly-once mode
-// an input that delivered barrier N is held until every input did.
-func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (bool, error) {
-	changed := false
-	switch {
-	case b.ID < t.aligning.ID || b.ID <= t.abortedUpTo:
-		return false, nil // a barrier of an abandoned or aborted checkpoint
-	case b.ID > t.aligning.ID:
-		if t.aligning.ID != 0 {
-			t.logger.Warn("checkpoint abandoned: a newer barrier arrived before alignment finished",
-				"checkpoint", t.aligning.ID, "newer", b.ID)
-		}
-		t.aligning, t.alignStart = b, time.Now()
-		for _, i := range t.inputs {
-			changed = changed || i.blocked
-			i.barrier, i.blocked = false, false
-		}
+// onBarrier hands a checkpoint barrier to the aligner and checkpoints once
+// it is aligned; changed reports that inputs were blocked or released.
+func (t *task) onBarrier(ctx context.Context, in *input, b Barrier) (changed bool, err error) {
+	a := t.align.onBarrier(in.index, b, time.Now())
+	if a.Abandoned != 0 {
+		t.logger.Warn("checkpoint abandoned: a newer barrier arrived before alignment finished",
+			"checkpoint", a.Abandoned, "newer", b.ID)
 	}
-	in.barrier = true
-	// A savepoint is aligned in either mode (as in Flink).
-	if !t.job.opts.AtLeastOnce || b.Savepoint {
-		in.blocked = true
-		changed = true
-	}
-	done, err := t.maybeAligned(ctx)
-	return changed || done, err
+	return a.Changed || a.Done, t.aligned(ctx, a)
 }
 
-// maybeAligned completes the current checkpoint once every open input
-// delivered its barrier: snapshot, ack, forward, release the inputs.
-func (t *task) maybeAligned(ctx context.Context) (bool, error) {
-	for _, in := range t.inputs {
-		if !in.closed && !in.barrier {
-			return false, nil
-		}
+// aligned takes the checkpoint of a completed alignment.
+func (t *task) aligned(ctx context.Context, a alignment) error {
+	if !a.Done {
+		return nil
 	}
-	b := t.aligning
-	t.aligning = Barrier{}
-	for _, in := range t.inputs {
-		in.barrier, in.blocked = false, false
-	}
-	return true, t.checkpoint(ctx, b)
+	return t.checkpoint(ctx, a.Barrier, a.First)
 }
 
 // nowMillis is the processing time in epoch ms.

@@ -150,7 +150,7 @@ sinks:
 		m := pipeline.NewMetrics()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		require.NoError(t, pipeline.Run(ctx, plan, pipeline.JobOptions{Metrics: m}))
+		require.NoError(t, runJob(ctx, plan, pipeline.JobOptions{Metrics: m}))
 		var ts []int64
 		for _, r := range cols["out"].all() {
 			if v, ok := r["ts"]; ok {
@@ -163,7 +163,7 @@ sinks:
 	})
 	t.Run("default is fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, ""))
-		err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{})
+		err := runJob(context.Background(), plan, pipeline.JobOptions{})
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 		require.ErrorContains(t, err, `record failed in "nums": event_time "n == 3 ? \"yesterday\" : \"2024-05-01 11:59:5\" + string(n) + \".414\"": "yesterday" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))`)
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/eddy-stream/eddy/expr"
+	"github.com/eddy-stream/eddy/internal/fsutil"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -342,7 +343,7 @@ func (w *writeAheadSink) setMarker(sub int, id int64) error {
 	} else if err := writeFileAtomic(path, []byte(strconv.FormatInt(id, 10)+"\n")); err != nil {
 		return fmt.Errorf("write write-ahead commit marker for checkpoint %d: %w", id, err)
 	}
-	if err := syncDir(w.dir); err != nil {
+	if err := fsutil.SyncDir(w.dir); err != nil {
 		return fmt.Errorf("write write-ahead commit marker for checkpoint %d: %w", id, err)
 	}
 	w.committed[sub] = id
@@ -368,18 +369,6 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
 	}
 	return err
 }

@@ -278,13 +278,13 @@ func TestWriteAheadCrashBeforeCommit(t *testing.T) {
 			store, log, dir := newMemStore(), &waLog{}, t.TempDir()
 			log.failWriteOf(1)
 			plan := loadWA(t, fmt.Sprintf(waText, tc.interval, count, 2, 2), log)
-			err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir})
+			err := runJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir})
 			require.ErrorIs(t, err, errDied)
 			restored := store.latest()
 			require.NotNil(t, restored, "the checkpoint whose commit failed completed")
 
 			plan = loadWA(t, fmt.Sprintf(waText, tc.interval, count, 2, tc.par), log)
-			require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir, Restore: restored}))
+			require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir, Restore: restored}))
 			requireEach(t, log, count, 1)
 		})
 	}
@@ -299,7 +299,7 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	store, log, dir := newMemStore(), &waLog{}, t.TempDir()
 	// No periodic checkpoint: the final one holds every record.
 	text := fmt.Sprintf(waText, "1h", count, 1, 1)
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir}))
 	requireEach(t, log, count, 1)
 	final := store.latest()
 	require.NotNil(t, final)
@@ -310,11 +310,11 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d\n", final.ID()), string(b))
 
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 1)
 
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, pipeline.WriteAheadDir)))
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 2)
 }
 
@@ -327,12 +327,12 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 	dir, log := t.TempDir(), &waLog{}
 	text := func(count int) string { return fmt.Sprintf(waText, "1h", count, 1, 1) }
 	first := newMemStore()
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: first, StateDir: dir}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: first, StateDir: dir}))
 	requireEach(t, log, 1000, 1)
 
 	// A fresh start with a new store: its checkpoint 1 is not the one the
 	// marker says was committed.
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: newMemStore(), StateDir: dir}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: newMemStore(), StateDir: dir}))
 	requireEach(t, log, 1000, 2)
 
 	// A marker from a later lineage than the checkpoint restored: the
@@ -340,7 +340,7 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 	marker := filepath.Join(dir, pipeline.WriteAheadDir, "out", "0.committed")
 	require.NoError(t, os.WriteFile(marker, []byte("100\n"), 0o644))
 	log = &waLog{}
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text(1500), log),
+	require.NoError(t, runJob(context.Background(), loadWA(t, text(1500), log),
 		pipeline.JobOptions{Store: newMemStore(), StateDir: dir, Restore: first.latest()}))
 	ns := log.ns()
 	slices.Sort(ns)
@@ -362,11 +362,11 @@ func TestWriteAheadCrashAfterFlush(t *testing.T) {
 	store, log, dir := newMemStore(), &waLog{}, t.TempDir()
 	log.failNextFlush()
 	text := fmt.Sprintf(waText, "1h", count, 1, 1)
-	err := pipeline.Run(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir})
+	err := runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir})
 	require.ErrorIs(t, err, errDied)
 	requireEach(t, log, count, 1)
 
-	require.NoError(t, pipeline.Run(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: store.latest()}))
+	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: store.latest()}))
 	requireEach(t, log, count, 2)
 }
 
@@ -393,7 +393,7 @@ sources: [{ id: in, type: fixed, fixed: true }]
 sinks: [{ id: out, type: plain, write_ahead: true }]
 `, log)
 	plan.Spec.Sources[0].Config.(*fixedConfig).records = []pipeline.Record{want[0].Clone(), want[1].Clone()}
-	require.NoError(t, pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: newMemStore(), StateDir: t.TempDir()}))
+	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newMemStore(), StateDir: t.TempDir()}))
 	require.Equal(t, want, log.all())
 }
 
@@ -401,7 +401,7 @@ sinks: [{ id: out, type: plain, write_ahead: true }]
 // sink does not open.
 func TestWriteAheadNeedsStateDir(t *testing.T) {
 	plan := loadWA(t, fmt.Sprintf(waText, "1h", 10, 1, 1), &waLog{})
-	err := pipeline.Run(context.Background(), plan, pipeline.JobOptions{Store: newMemStore()})
+	err := runJob(context.Background(), plan, pipeline.JobOptions{Store: newMemStore()})
 	require.ErrorContains(t, err, `open sink "out": write_ahead needs a state directory`)
 }
 

@@ -20,6 +20,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/eddy-stream/eddy/internal/fsutil"
 )
 
 // Checkpoint storage: the durable half of a
@@ -210,7 +212,7 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 	}
 	s.db = db
 	if created {
-		if err := syncDir(dir); err != nil {
+		if err := fsutil.SyncDir(dir); err != nil {
 			_ = db.Close()
 			return nil, wrap(err)
 		}
@@ -1300,18 +1302,4 @@ func removeOwner(path string) {
 	if err == nil && strings.HasPrefix(string(b), "pid "+strconv.Itoa(os.Getpid())+" ") {
 		_ = os.Remove(path)
 	}
-}
-
-// syncDir fsyncs a directory, making a file created or renamed in it
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/eddy-stream/eddy/internal/fsutil"
 )
 
 // Part files: a part written with PendingCheckpoint.Create is streamed to a
@@ -409,10 +411,10 @@ func (s *CheckpointStore) syncPartFiles(id int64, files map[string]string, parts
 	if err := s.faults.File(OpPartSyncDir, dir); err != nil {
 		return err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return err
 	}
-	return syncDir(s.partsDir)
+	return fsutil.SyncDir(s.partsDir)
 }
 
 // removePartFiles removes the part files of deleted checkpoints; a failure

@@ -12,6 +12,8 @@ import (
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/eddy-stream/eddy/internal/fsutil"
 )
 
 // ExportSavepoint writes completed checkpoint id as a savepoint: one
@@ -184,7 +186,7 @@ func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
 	if err = s.faults.File(OpSavepointSyncDir, filepath.Dir(path)); err != nil {
 		return wrap(err)
 	}
-	if err = syncDir(filepath.Dir(path)); err != nil {
+	if err = fsutil.SyncDir(filepath.Dir(path)); err != nil {
 		return wrap(err)
 	}
 	return nil

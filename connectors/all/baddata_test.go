@@ -134,7 +134,11 @@ func run(t *testing.T, env *pipeline.Env, yaml string, metrics *pipeline.Metrics
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return pipeline.Run(ctx, plan, pipeline.JobOptions{Metrics: metrics, StateDir: t.TempDir(), Stdout: stdout})
+	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Metrics: metrics, StateDir: t.TempDir(), Stdout: stdout})
+	if err != nil {
+		return err
+	}
+	return job.Wait()
 }
 
 func readFile(t *testing.T, path string) string {

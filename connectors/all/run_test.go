@@ -30,11 +30,11 @@ sinks:
 %s`, strconv.Quote(filepath.Join(dir, "in.jsonl")), onError, sinks)
 	spec, err := pipeline.Load(pipeline.Default, "decode-errors.yaml", []byte(yaml))
 	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return pipeline.Run(ctx, plan, pipeline.JobOptions{})
+	return r.Run(ctx)
 }
 
 func writeInput(t *testing.T) (dir, in string) {

@@ -6,7 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"runtime"
+
+	"github.com/eddy-stream/eddy/internal/fsutil"
 )
 
 // fileSystem is the seam between the transactional file sink and the
@@ -50,21 +51,7 @@ func (osFS) Rename(from, to string) error              { return os.Rename(from, 
 func (osFS) Remove(name string) error                  { return os.Remove(name) }
 func (osFS) Lstat(name string) (fs.FileInfo, error)    { return os.Lstat(name) }
 func (osFS) ReadDir(dir string) ([]fs.DirEntry, error) { return os.ReadDir(dir) }
-
-func (osFS) SyncDir(dir string) error {
-	if runtime.GOOS == "windows" { // directories cannot be fsynced there
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (osFS) SyncDir(dir string) error                  { return fsutil.SyncDir(dir) }
 
 // pathErr wraps err of op on path so that the message names the path once:
 // the errors of package os name it already ("write PATH: no space left on

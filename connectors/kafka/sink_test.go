@@ -21,7 +21,6 @@ import (
 	"github.com/eddy-stream/eddy/connectors/internal/conntest"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // The sink tests drive the sink through its interface, as the runtime
@@ -913,12 +912,9 @@ sinks:
 `, raw, strings.Join(brokers, ", "), raw, strings.Join(brokers, ", "), totals)
 	spec, err := pipeline.Load(pipeline.Default, "kafka.yaml", []byte(yaml))
 	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir()})
 	require.NoError(t, err)
-	store, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{})
-	require.NoError(t, err)
-	defer store.Close(context.Background())
-	require.NoError(t, pipeline.Run(t.Context(), plan, pipeline.JobOptions{Store: pipeline.BoltCheckpoints(store)}))
+	require.NoError(t, r.Run(t.Context()))
 
 	var got []int
 	for _, m := range readCommittedAll(t, brokers, raw) {

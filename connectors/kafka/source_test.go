@@ -24,7 +24,6 @@ import (
 	"github.com/eddy-stream/eddy/internal/testkit"
 	_ "github.com/eddy-stream/eddy/operators" // the set step of the pipeline test
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // --- producing test data ---
@@ -875,12 +874,9 @@ sinks:
 `, strings.Join(brokers, ", "), topic, topic, out)
 	spec, err := pipeline.Load(pipeline.Default, "kafka.yaml", []byte(yaml))
 	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir()})
 	require.NoError(t, err)
-	store, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{})
-	require.NoError(t, err)
-	defer store.Close(context.Background())
-	require.NoError(t, pipeline.Run(t.Context(), plan, pipeline.JobOptions{Store: pipeline.BoltCheckpoints(store)}))
+	require.NoError(t, r.Run(t.Context()))
 
 	files, err := filepath.Glob(filepath.Join(out, "part-*"))
 	require.NoError(t, err)
