@@ -43,9 +43,12 @@ USER 65532:65532
 # listens on every interface of the container on a fixed port, for probes
 # and Prometheus; publish it only where you trust the network: it has no
 # authentication.
+# GODEBUG: freed heap goes back to the kernel lazily (docs/running.md,
+# "Memory").
 ENV EDDY_STATE_DIR=/home/nonroot/eddy-state \
     EDDY_DATA=/etc/eddy/examples/data \
-    EDDY_ADMIN_ADDR=0.0.0.0:9249
+    EDDY_ADMIN_ADDR=0.0.0.0:9249 \
+    GODEBUG=madvdontneed=0
 EXPOSE 9249
 # The image has no curl or wget: eddy health asks GET /healthz of the
 # address in EDDY_ADMIN_ADDR (exit 0 running or stopping, 1 otherwise).

@@ -223,3 +223,17 @@ func summary(t *testing.T, stderr string) runSummary {
 	require.True(t, final, "no final summary line in:\n%s", stderr)
 	return s
 }
+
+// TestDeploymentsReturnMemoryLazily: the systemd unit and the container
+// image set GODEBUG=madvdontneed=0, which eddy cannot set for itself (Go
+// reads GODEBUG when the process starts; docs/running.md, "Memory").
+func TestDeploymentsReturnMemoryLazily(t *testing.T) {
+	for file, want := range map[string]string{
+		"configs/eddy.service": "\nEnvironment=GODEBUG=madvdontneed=0\n",
+		"Dockerfile":           "\n    GODEBUG=madvdontneed=0\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, file))
+		require.NoError(t, err)
+		require.Contains(t, string(b), want, file)
+	}
+}
