@@ -21,7 +21,7 @@ import (
 func TestContainerHealthcheck(t *testing.T) {
 	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	require.NoError(t, err)
-	env := regexp.MustCompile(`(?m)^\s*EDDY_ADMIN_ADDR=(\S+)$`).FindSubmatch(dockerfile)
+	env := regexp.MustCompile(`(?m)^\s*EDDY_ADMIN_ADDR=(\S+?)(?: \\)?$`).FindSubmatch(dockerfile)
 	require.NotNil(t, env, "the Dockerfile sets no EDDY_ADMIN_ADDR")
 	host, port, err := net.SplitHostPort(string(env[1]))
 	require.NoError(t, err)
