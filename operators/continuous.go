@@ -496,7 +496,18 @@ func (a *aggRow) AppendCBOR(dst []byte) ([]byte, error) {
 	return a.row.AppendCBOR(dst)
 }
 
-var _ statestore.CBORAppender = (*aggRow)(nil)
+// PrefetchHeld asks for the strings that the row holds
+// (statestore.HeldPrefetcher); nothing for a restored row not yet decoded.
+func (a *aggRow) PrefetchHeld(level int) {
+	if a != nil {
+		a.row.PrefetchHeld(level)
+	}
+}
+
+var (
+	_ statestore.CBORAppender   = (*aggRow)(nil)
+	_ statestore.HeldPrefetcher = (*aggRow)(nil)
+)
 
 // UnmarshalCBOR keeps a restored row's encoding; the operator decodes it
 // against its specs on first use.

@@ -199,3 +199,13 @@ func floorMod(a, b int64) int64 {
 func alignedNext(now, every int64) int64 {
 	return satAdd(now-floorMod(now, every), every)
 }
+
+// PrefetchHeld asks for the strings that the box's row holds
+// (statestore.HeldPrefetcher); nothing for a restored row not yet decoded.
+func (b *accBox) PrefetchHeld(level int) {
+	if b != nil {
+		b.row.PrefetchHeld(level)
+	}
+}
+
+var _ statestore.HeldPrefetcher = (*accBox)(nil)

@@ -29,7 +29,7 @@
 // and a checkpoint marked complete atomically (docs/checkpoints.md).
 //
 // Dependencies: statestore imports only the standard library,
-// github.com/fxamacker/cbor/v2 and go.etcd.io/bbolt. It
+// github.com/fxamacker/cbor/v2, go.etcd.io/bbolt and internal/prefetch. It
 // must not import any other of eddy's packages (pipeline, operators,
 // connectors, cmd): the runtime and the operators import statestore, never
 // the other way round.

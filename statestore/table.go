@@ -3,8 +3,11 @@ package statestore
 import (
 	"iter"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/eddy-stream/eddy/internal/prefetch"
 )
 
 // The memory backend keeps each state in a table: one group per key group,
@@ -614,6 +617,7 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	byKey := f.byKey[:0]
 	for k, e := range g.m {
 		if d == nil || e.mod > d.since {
+			prefetch.String(k) // the sort reads it next
 			byKey = append(byKey, keyedEntry[S]{key: k, e: e})
 		}
 	}
@@ -627,7 +631,11 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		tombs = d.tombs
 	}
 	n, t := 0, 0
+	stages := prefetchStages[S]()
 	for j := range byKey {
+		if j%prefetchBatch == 0 {
+			prefetchAhead(byKey, j, stages)
+		}
 		k, e := byKey[j].key, byKey[j].e
 		order := enc.order[:0]
 		for i := range e.items {
@@ -659,6 +667,78 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 		dst = appendTombstone(dst, tomb.key, tomb.ns)
 	}
 	return dst, n + len(tombs), nil
+}
+
+// A snapshot's encoder walks a key group's entries in key order, and each
+// entry's memory is a chain of pointers somewhere in the heap: the entry,
+// the value's object, and what the value's encoding reads behind it. Were
+// each link loaded when the encoding reaches it, every one would wait for
+// its cache miss; instead the encoder asks for them (package prefetch) a
+// few batches of entries ahead, one link per batch, so that their misses
+// are under way together while earlier entries are encoded.
+
+// prefetchBatch is the number of entries the encoder asks the memory of at
+// a time (prefetchAhead).
+const prefetchBatch = 16
+
+// valuePrefetch is how many bytes of a pointer value's object the encoder
+// asks for: six cache lines, a window's accumulator box with its row and
+// four aggregates (agg.NewAccsWith).
+const valuePrefetch = 384
+
+// HeldPrefetcher is an optional method of a pointer state value whose
+// snapshot encoding reads memory that its object only points to (an
+// aggregate's row holds the strings of last(payload) and the like). The
+// encoder asks for the value's object a batch of entries before it calls
+// PrefetchHeld(0), and calls PrefetchHeld(1) a batch after that: level 0
+// may read the value's object and asks (package prefetch) for the memory
+// its pointers point to, level 1 may read that memory and asks for what it
+// points to in turn. PrefetchHeld must not write, nor fail on a nil value;
+// it runs where AppendCBOR does.
+type HeldPrefetcher interface {
+	PrefetchHeld(level int)
+}
+
+// prefetchAhead asks for the memory that appendEntries reads in the
+// batches after es[j], at stage s for the batch that many batches ahead,
+// the farthest first: the entries, then, for a pointer type S, the values'
+// objects, then, for a HeldPrefetcher, levels 0 and 1 of the value. At
+// j == 0 it asks for every stage of the first batches at once.
+func prefetchAhead[S any](es []keyedEntry[S], j, stages int) {
+	for s := range stages {
+		lo, hi := j+(stages-s)*prefetchBatch, min(j+(stages-s+1)*prefetchBatch, len(es))
+		if j == 0 {
+			lo = 0
+		}
+		for i := lo; i < hi; i++ {
+			e := es[i].e
+			switch s {
+			case 0:
+				prefetch.Object(e)
+				continue
+			case 1:
+				for k := range e.items {
+					prefetch.Pointee(any(e.items[k].v), valuePrefetch)
+				}
+			default:
+				for k := range e.items {
+					any(e.items[k].v).(HeldPrefetcher).PrefetchHeld(s - 2)
+				}
+			}
+		}
+	}
+}
+
+// prefetchStages returns the number of stages of prefetchAhead for values
+// of type S.
+func prefetchStages[S any]() int {
+	switch {
+	case reflect.TypeFor[S]().Kind() != reflect.Pointer:
+		return 1 // the entries only
+	case !reflect.TypeFor[S]().Implements(reflect.TypeFor[HeldPrefetcher]()):
+		return 2
+	}
+	return 4
 }
 
 // appendTombstones appends the tombstones of tombs[next:] that come before

@@ -18,5 +18,6 @@
 // subtasks.
 //
 // agg imports pipeline (expressions, field errors), statestore (the CBOR
-// helpers of its snapshot encoding), and no other eddy package; operators and the runtime import agg, never the reverse.
+// helpers of its snapshot encoding), internal/prefetch (Row.PrefetchHeld),
+// and no other eddy package; operators and the runtime import agg, never the reverse.
 package agg

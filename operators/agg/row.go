@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/eddy-stream/eddy/expr"
+	"github.com/eddy-stream/eddy/internal/prefetch"
 )
 
 // Row holds the accumulators of one group of records (one key in one
@@ -617,4 +618,28 @@ func (a *acc) floatSum() float64 {
 	k := a.fs
 	k.add(a.sum.float())
 	return k.value()
+}
+
+// PrefetchHeld asks for the strings that the row's aggregates hold (min,
+// max, first, last and reduce of strings), for a snapshot's encoder
+// (statestore.HeldPrefetcher): level 0 for their headers, level 1 for their
+// bytes. Level 0 reads only the row and its aggregates, level 1 the headers
+// too. r may be nil.
+func (r *Row) PrefetchHeld(level int) {
+	if r == nil {
+		return
+	}
+	for i := range r.accs {
+		v := r.accs[i].v
+		if _, ok := v.(string); !ok {
+			continue
+		}
+		if level == 0 {
+			// An interface holding a string points to the string's
+			// header, which this does not read.
+			prefetch.Pointee(v, 16)
+		} else {
+			prefetch.String(v.(string))
+		}
+	}
 }

@@ -2,6 +2,7 @@ package agg
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/eddy-stream/eddy/expr"
@@ -346,4 +347,26 @@ func TestInt128Float(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, tc.a.float(), "%+v", tc.a)
 	}
+}
+
+// TestPrefetchHeld: PrefetchHeld, at both levels, on a nil row, an empty
+// one and one holding strings and other values, changes nothing the row
+// encodes.
+func TestPrefetchHeld(t *testing.T) {
+	r := NewAccs(mustSpecs(t, "n: count()\nl: last(s)\nf: first(x)\nm: min(s)"))
+	var vm expr.VM
+	prefetchAll := func() {
+		for level := range 2 {
+			(*Row)(nil).PrefetchHeld(level)
+			r.PrefetchHeld(level)
+		}
+	}
+	prefetchAll()
+	require.NoError(t, r.Add(&vm, rec{"s": strings.Repeat("\x01", 3000), "x": 5}))
+	want, err := r.AppendCBOR(nil)
+	require.NoError(t, err)
+	prefetchAll()
+	got, err := r.AppendCBOR(nil)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
