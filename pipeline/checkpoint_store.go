@@ -1,19 +1,19 @@
 package pipeline
 
 import (
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // boltStore adapts statestore's bbolt checkpoint store to CheckpointStore.
 type boltStore struct {
-	s *statestore.CheckpointStore
+	s *checkpoint.Store
 }
 
 // BoltCheckpoints returns the CheckpointStore that writes to s.
-func BoltCheckpoints(s *statestore.CheckpointStore) CheckpointStore { return boltStore{s: s} }
+func BoltCheckpoints(s *checkpoint.Store) CheckpointStore { return boltStore{s: s} }
 
 func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, error) {
-	p, err := b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
+	p, err := b.s.Begin(id, checkpoint.Meta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
 	if err != nil {
 		return nil, err
 	}
@@ -23,12 +23,12 @@ func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, erro
 // boltPending adapts a pending checkpoint of the bbolt store to
 // PendingCheckpoint, PartCreator and DeltaCreator.
 type boltPending struct {
-	*statestore.PendingCheckpoint
+	*checkpoint.Pending
 }
 
 // Create streams a part into a file of its own.
 func (p boltPending) Create(part string) (PartWriter, error) {
-	w, err := p.PendingCheckpoint.Create(part)
+	w, err := p.Pending.Create(part)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func (p boltPending) Create(part string) (PartWriter, error) {
 
 // CreateDelta streams a delta part into a file of its own.
 func (p boltPending) CreateDelta(part string, base int64) (PartWriter, error) {
-	w, err := p.PendingCheckpoint.CreateDelta(part, base)
+	w, err := p.Pending.CreateDelta(part, base)
 	if err != nil {
 		return nil, err
 	}
@@ -50,11 +50,11 @@ func (b boltStore) ExportSavepoint(id int64, path string) error { return b.s.Exp
 
 // restoredBolt adapts a verified checkpoint or savepoint to RestoredCheckpoint.
 type restoredBolt struct {
-	*statestore.Checkpoint
+	*checkpoint.Checkpoint
 }
 
 // RestoredFrom returns the RestoredCheckpoint of a checkpoint or savepoint.
-func RestoredFrom(c *statestore.Checkpoint) RestoredCheckpoint { return restoredBolt{c} }
+func RestoredFrom(c *checkpoint.Checkpoint) RestoredCheckpoint { return restoredBolt{c} }
 
 func (r restoredBolt) Parts() []string {
 	parts := r.Checkpoint.Parts()

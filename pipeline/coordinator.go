@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
+
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // CheckpointStore is where the coordinator writes checkpoints. A checkpoint
@@ -471,7 +473,7 @@ type PartCreator interface {
 // DeltaCreator is a PartCreator that also stores delta parts: a keyed
 // state part that is a delta on the part of the same name of completed
 // checkpoint base (statestore.DeltaSnapshot). It fails with
-// statestore.ErrDeltaBase when that part is gone; the part is then written
+// checkpoint.ErrDeltaBase when that part is gone; the part is then written
 // in full.
 type DeltaCreator interface {
 	CreateDelta(part string, base int64) (PartWriter, error)
@@ -528,7 +530,7 @@ func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) (siz
 	}
 	var w PartWriter
 	if ds != nil && ds.Base() != 0 {
-		if w, err = dc.CreateDelta(name, ds.Base()); errors.Is(err, statestore.ErrDeltaBase) {
+		if w, err = dc.CreateDelta(name, ds.Base()); errors.Is(err, checkpoint.ErrDeltaBase) {
 			ds.Full() // the base's part is gone (retention): write in full
 			w, err = nil, nil
 		}

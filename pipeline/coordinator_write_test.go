@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/statestore"
+
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // putPending keeps what Put gets: a store without streamed parts.
@@ -36,9 +38,9 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 	var snap statestore.Snapshot
 	synced := 0
 	dir := t.TempDir()
-	store, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Faults: statestore.CheckpointFaultFuncs{
-		FileFunc: func(op statestore.CheckpointOp, _ string) error {
-			if op == statestore.OpPartSync {
+	store, err := checkpoint.Open(dir, checkpoint.Options{Faults: checkpoint.FaultFuncs{
+		FileFunc: func(op checkpoint.Op, _ string) error {
+			if op == checkpoint.OpPartSync {
 				synced++
 				left, err := snap.AppendTo(nil)
 				require.NoError(t, err)
@@ -98,14 +100,14 @@ func TestWriteAckDeltaParts(t *testing.T) {
 	for i := range 100 {
 		v.Put(fmt.Sprint("key", i), "", i)
 	}
-	store, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1})
+	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{Retain: 1})
 	require.NoError(t, err)
 	defer store.Close(ctx)
 
 	// checkpoint writes checkpoint id of be into s, completes it, and
 	// returns the part's info and bytes, and the full snapshot they must
 	// equal.
-	checkpoint := func(s CheckpointStore, id int64) (statestore.PartInfo, []byte, []byte) {
+	readCheckpoint := func(s CheckpointStore, id int64) (checkpoint.PartInfo, []byte, []byte) {
 		snap, err := be.SnapshotCheckpoint(id)
 		require.NoError(t, err)
 		full := writeFull(t, be)
@@ -125,27 +127,27 @@ func TestWriteAckDeltaParts(t *testing.T) {
 			require.Equal(t, partStats{bytes: info.Size, deltas: min(1, int(info.Base))}, st)
 			return info, got, full
 		}
-		return statestore.PartInfo{}, nil, full
+		return checkpoint.PartInfo{}, nil, full
 	}
-	info, got, full := checkpoint(BoltCheckpoints(store), 1)
+	info, got, full := readCheckpoint(BoltCheckpoints(store), 1)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 	size := info.Size
 	for id := int64(2); id <= 3; id++ {
 		v.Put(fmt.Sprint("key", id), "", -1)
 		v.Delete(fmt.Sprint("key", id+10), "")
-		info, got, full = checkpoint(BoltCheckpoints(store), id)
+		info, got, full = readCheckpoint(BoltCheckpoints(store), id)
 		require.Equal(t, id-1, info.Base, "checkpoint %d", id)
 		require.Less(t, info.Size, size/4, "checkpoint %d", id)
 		require.Equal(t, full, got, "checkpoint %d", id)
 	}
 
 	// Another store has no checkpoint 3: the delta on it is written in full.
-	other, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{})
+	other, err := checkpoint.Open(t.TempDir(), checkpoint.Options{})
 	require.NoError(t, err)
 	defer other.Close(ctx)
 	v.Put("key50", "", -1)
-	info, got, full = checkpoint(BoltCheckpoints(other), 4)
+	info, got, full = readCheckpoint(BoltCheckpoints(other), 4)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 
