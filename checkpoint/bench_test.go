@@ -359,7 +359,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 							continue
 						}
 						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p *checkpoint.Pending) error {
-							w, err := p.Create("op/window/0")
+							w, err := p.Create("op/window/0", 0)
 							if err != nil {
 								return err
 							}
@@ -429,7 +429,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 				part := data()
 				largePartRuns(b, c.size, func(i int) error {
 					return storeCheckpoint(st, int64(i+1), func(p *checkpoint.Pending) error {
-						w, err := p.Create("op/window/0")
+						w, err := p.Create("op/window/0", 0)
 						if err != nil {
 							return err
 						}

@@ -22,7 +22,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/checkpoint"
-
 )
 
 // The crash test re-executes the test binary as a child that writes
@@ -106,7 +105,7 @@ func crashPut(p *checkpoint.Pending, i int, part string, blob []byte) error {
 	if i%2 == 0 {
 		return p.Put(part, blob)
 	}
-	w, err := p.Create(part)
+	w, err := p.Create(part, 0)
 	if err != nil {
 		return err
 	}

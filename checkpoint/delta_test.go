@@ -22,7 +22,7 @@ import (
 )
 
 // Incremental checkpoints in the checkpoint store: delta parts
-// (CreateDelta), their bases in the metadata, retention of chains, reads
+// (Create with a base), their bases in the metadata, retention of chains, reads
 // that merge, verification and savepoints.
 
 // openDeltaStore opens the store in dir, closed when the test ends.
@@ -58,11 +58,11 @@ func beginDelta(t *testing.T, s *Store, id int64, parts ...deltaPart) *Pending {
 	require.NoError(t, err)
 	require.NoError(t, p.Put("src/in/0", opaque(id, "src/in/0")))
 	for _, dp := range parts {
-		var w *PartWriter
+		var w PartWriter
 		if dp.base == 0 {
-			w, err = p.Create(dp.name)
+			w, err = p.Create(dp.name, 0)
 		} else {
-			w, err = p.CreateDelta(dp.name, dp.base)
+			w, err = p.Create(dp.name, dp.base)
 		}
 		require.NoError(t, err, "part %q of checkpoint %d", dp.name, id)
 		half := len(dp.blob) / 2
@@ -258,7 +258,7 @@ func TestCheckpointDeltaMetadataDecoding(t *testing.T) {
 	}
 }
 
-// CreateDelta refuses a base that is not an older completed checkpoint of
+// Create with a base refuses a base that is not an older completed checkpoint of
 // the store with that part (ErrDeltaBase), leaving the name free for
 // Create, and holds no pin then.
 func TestCheckpointCreateDeltaErrors(t *testing.T) {
@@ -278,24 +278,23 @@ func TestCheckpointCreateDeltaErrors(t *testing.T) {
 		{"op/b/0", 2, `checkpoint 2 has no part "op/b/0"`},
 		{"op/a/0", 4, "not an older checkpoint"},
 		{"op/a/0", 9, "not an older checkpoint"},
-		{"op/a/0", 0, "not an older checkpoint"},
 		{"op/a/0", -2, "not an older checkpoint"},
 	} {
-		_, err := p4.CreateDelta(tc.part, tc.base)
+		_, err := p4.Create(tc.part, tc.base)
 		require.ErrorIs(t, err, ErrDeltaBase, "%s on %d", tc.part, tc.base)
 		require.ErrorContains(t, err, tc.err)
 		require.ErrorContains(t, err, fmt.Sprintf("create part %q of checkpoint 4 as a delta on checkpoint %d", tc.part, tc.base))
 	}
-	require.Equal(t, 0, pinCount(s), "a refused CreateDelta holds no pin")
+	require.Equal(t, 0, pinCount(s), "a refused Create with a base holds no pin")
 
 	// The name is free: the caller writes the part whole.
-	w, err := p4.Create("op/a/0")
+	w, err := p4.Create("op/a/0", 0)
 	require.NoError(t, err)
 	_, err = w.Write([]byte("whole"))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	// A name taken is ErrDuplicatePart, with no pin left behind.
-	_, err = p4.CreateDelta("op/a/0", 2)
+	_, err = p4.Create("op/a/0", 2)
 	require.ErrorIs(t, err, ErrDuplicatePart)
 	require.NotErrorIs(t, err, ErrDeltaBase)
 	require.Equal(t, 0, pinCount(s))
@@ -309,9 +308,9 @@ func TestCheckpointCreateDeltaErrors(t *testing.T) {
 	require.Equal(t, []int64{2}, completeIDs(t, s1))
 	p, err := s1.Begin(3, Meta{})
 	require.NoError(t, err)
-	_, err = p.CreateDelta("op/a/0", 1)
+	_, err = p.Create("op/a/0", 1)
 	require.ErrorIs(t, err, ErrDeltaBase)
-	w, err = p.CreateDelta("op/a/0", 2)
+	w, err = p.Create("op/a/0", 2)
 	require.NoError(t, err)
 	w.Abort()
 	require.Equal(t, 1, pinCount(s1), "the pending checkpoint pins its base")
@@ -507,7 +506,7 @@ func TestCheckpointDeltaInspect(t *testing.T) {
 
 // partFile returns the path of the file of part name of checkpoint id in
 // the closed store in dir.
-func partFile(t *testing.T, dir string, id int64, name string) string {
+func partFilePath(t *testing.T, dir string, id int64, name string) string {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{ReadOnly: true})
 	require.NoError(t, err)
@@ -525,7 +524,7 @@ func partFile(t *testing.T, dir string, id int64, name string) string {
 // flipPartFile flips a byte in the middle of a part's file.
 func flipPartFile(t *testing.T, dir string, id int64, name string) {
 	t.Helper()
-	path := partFile(t, dir, id, name)
+	path := partFilePath(t, dir, id, name)
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0x20
@@ -558,7 +557,7 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 		{
 			name: "base's part file missing",
 			damage: func(t *testing.T, dir string) {
-				require.NoError(t, os.Remove(partFile(t, dir, 1, "op/a/0")))
+				require.NoError(t, os.Remove(partFilePath(t, dir, 1, "op/a/0")))
 			},
 			reason: `the chain's part in checkpoint 1 does not verify: corrupt checkpoint: the file of part \"op/a/0\" is missing`,
 		},
@@ -760,12 +759,12 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 				p, err := s.Begin(2, Meta{})
 				require.NoError(t, err)
 				err = func() error {
-					var w *PartWriter
+					var w PartWriter
 					var err error
 					if delta {
-						w, err = p.CreateDelta("op/a/0", 1)
+						w, err = p.Create("op/a/0", 1)
 					} else {
-						w, err = p.Create("op/a/0")
+						w, err = p.Create("op/a/0", 0)
 					}
 					if err != nil {
 						return err
@@ -797,8 +796,8 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 }
 
 // Delta parts written from several goroutines while checkpoints complete
-// and retention (Retain 1) deletes: a base that CreateDelta accepts is
-// never lost, so every Complete after an accepted CreateDelta succeeds,
+// and retention (Retain 1) deletes: a base that Create with a base accepts is
+// never lost, so every Complete after an accepted Create with a base succeeds,
 // and every retained checkpoint verifies with its chains.
 func TestCheckpointDeltaConcurrentRetention(t *testing.T) {
 	s := openDeltaStore(t, t.TempDir(), Options{Retain: 1})
@@ -827,10 +826,10 @@ func TestCheckpointDeltaConcurrentRetention(t *testing.T) {
 					errs <- err
 					return
 				}
-				w, err := p.CreateDelta("op/a/0", base)
+				w, err := p.Create("op/a/0", base)
 				delta := err == nil
 				if errors.Is(err, ErrDeltaBase) {
-					w, err = p.Create("op/a/0")
+					w, err = p.Create("op/a/0", 0)
 				}
 				if err == nil {
 					_, err = w.Write(opaque(id, "op/a/0"))

@@ -52,7 +52,7 @@ var (
 	// blob too large for one bbolt value.
 	ErrInvalidPart = errors.New("invalid checkpoint part")
 
-	// ErrDeltaBase marks a CreateDelta whose base cannot carry a delta
+	// ErrDeltaBase marks a Create with a base whose base cannot carry a delta
 	// part: it is not a completed checkpoint of the store (or not older
 	// than the pending one), it has no part of that name, or retention has
 	// deleted it. The caller writes the part whole instead (Create). A

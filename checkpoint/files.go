@@ -86,9 +86,18 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 	return int64(binary.BigEndian.Uint64(v)), file, nil
 }
 
-// PartWriter streams one part of a pending checkpoint to its file: Write
-// the blob in pieces (the CRC32-C is computed as it goes), then Close,
-// which makes it durable, or Abort. Not safe for concurrent use.
+// PartWriter streams one part of a pending checkpoint (Pending.Create):
+// Write the blob in pieces, then Close, which returns once the part is
+// durable, or Abort, which gives the part up and fails the checkpoint. Not
+// safe for concurrent use.
+type PartWriter interface {
+	io.Writer
+	Close() error
+	Abort()
+}
+
+// partFile is the PartWriter of a part written to a file of its own; the
+// CRC32-C is computed as it goes.
 //
 // Where the file system allows it, the file is written with direct I/O
 // (O_DIRECT on Linux), from an aligned buffer of partWriteBuffer bytes:
@@ -96,10 +105,10 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 // allocation and write-back cost about 1 CPU-second per GiB, and does not
 // evict the pages of the process's live data. A file system that refuses
 // it gets ordinary writes.
-type PartWriter struct {
+type partFile struct {
 	p      *Pending
 	name   string
-	base   int64  // the base checkpoint of a delta part (CreateDelta); 0 for a whole part
+	base   int64  // the base checkpoint of a delta part (Create with a base); 0 for a whole part
 	file   string // base name in the checkpoint's directory
 	path   string
 	f      *os.File
@@ -116,34 +125,33 @@ type PartWriter struct {
 // memory whole (a subtask's keyed state): Write it, then Close the writer,
 // which fsyncs the file before it returns. Until then it counts as a Put in
 // flight: Complete and Abort wait for it. The same names and rules as Put
-// apply; a failed Write or Close fails the checkpoint.
-func (p *Pending) Create(part string) (*PartWriter, error) {
-	w, err := p.create(part, 0)
-	if err != nil {
-		return nil, fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err)
-	}
-	return w, nil
-}
-
-// CreateDelta starts a part written as a stream, as Create does, that is a
-// delta on the part of the same name of completed checkpoint base, older
-// than this one: the blob holds what changed since that part (which may be
-// a delta itself), and reads of the part (Checkpoint.Get, a savepoint)
-// merge its chain into the whole part. Called by the coordinator's writer
-// goroutine of an ack, for a subtask whose snapshot is incremental.
+// apply; a failed Write or Close fails the checkpoint. Called by the
+// coordinator's writer goroutine of an ack, for each subtask's keyed state
+// (Snapshot.WriteTo).
 //
-// When base is not a completed checkpoint of the store, has no part of
-// that name, or has been deleted by retention, CreateDelta fails with
-// ErrDeltaBase and the name stays free: write the part whole (Create).
-// From a successful CreateDelta on, retention keeps base and the
+// With base 0 the part is whole. Otherwise it is a delta on the part of
+// the same name of completed checkpoint base, older than this one: the
+// blob holds what changed since that part (which may be a delta itself),
+// and reads of the part (Checkpoint.Get, a savepoint) merge its chain into
+// the whole part. When base is not a completed checkpoint of the store,
+// has no part of that name, or has been deleted by retention, Create fails
+// with ErrDeltaBase and the name stays free: write the part whole (base
+// 0). From a successful Create of a delta on, retention keeps base and the
 // checkpoints of its chain: while this checkpoint is pending, and once it
 // is complete, as long as retention keeps this one. Complete checks again
 // that every base is complete.
-func (p *Pending) CreateDelta(part string, base int64) (*PartWriter, error) {
+func (p *Pending) Create(part string, base int64) (PartWriter, error) {
+	if base == 0 {
+		w, err := p.create(part, 0)
+		if err != nil {
+			return nil, fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err)
+		}
+		return w, nil
+	}
 	wrap := func(err error) error {
 		return fmt.Errorf("create part %q of checkpoint %d as a delta on checkpoint %d: %w", part, p.id, base, err)
 	}
-	if base <= 0 || base >= p.id {
+	if base < 0 || base >= p.id {
 		return nil, wrap(fmt.Errorf("%w: not an older checkpoint", ErrDeltaBase))
 	}
 	if err := p.s.pinBase(base, part); err != nil {
@@ -188,7 +196,7 @@ func (s *Store) pinBase(base int64, part string) error {
 // else a delta on that checkpoint's part, pinned by the caller (the
 // checkpoint releases the pin when it completes or fails; create releases
 // it when the part is not admitted).
-func (p *Pending) create(part string, base int64) (*PartWriter, error) {
+func (p *Pending) create(part string, base int64) (*partFile, error) {
 	var file string
 	if err := p.admit(part, func() {
 		p.nfiles++
@@ -204,7 +212,7 @@ func (p *Pending) create(part string, base int64) (*PartWriter, error) {
 		return nil, err
 	}
 
-	w := &PartWriter{p: p, name: part, base: base, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
+	w := &partFile{p: p, name: part, base: base, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
 	err := os.MkdirAll(filepath.Dir(w.path), 0o755)
 	if err == nil {
 		err = p.s.faults.File(OpPartCreate, w.path)
@@ -234,7 +242,7 @@ func openPartFile(path string) (f *os.File, direct bool, err error) {
 }
 
 // Write appends b to the part's blob and adds it to the part's CRC-32C.
-func (w *PartWriter) Write(b []byte) (int, error) {
+func (w *partFile) Write(b []byte) (int, error) {
 	if w.done {
 		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrFinished)
 	}
@@ -259,7 +267,7 @@ func (w *PartWriter) Write(b []byte) (int, error) {
 // the next blob instead of writing the rest for nothing: the checkpoint
 // is given up fast even when it is being given up for being slow (its
 // timeout), or for a newer one that completed first.
-func (w *PartWriter) check() error {
+func (w *partFile) check() error {
 	if w.err == nil && w.p.aborted.Load() {
 		w.err = fmt.Errorf("write part %q of checkpoint %d: %w: it was aborted", w.name, w.p.id, ErrFinished)
 	}
@@ -267,7 +275,7 @@ func (w *PartWriter) check() error {
 }
 
 // fail records the first failed write; every later Write returns it.
-func (w *PartWriter) fail(err error) error {
+func (w *partFile) fail(err error) error {
 	w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
 	return w.err
 }
@@ -275,7 +283,7 @@ func (w *PartWriter) fail(err error) error {
 // Close appends the checksum, fsyncs the file and records the part; once
 // it returns nil the part is durable (Complete makes it visible). After a
 // failed Write, Close returns that error and fails the checkpoint.
-func (w *PartWriter) Close() error {
+func (w *partFile) Close() error {
 	if w.done {
 		return nil
 	}
@@ -291,7 +299,7 @@ func (w *PartWriter) Close() error {
 }
 
 // buffer appends b to the buffer, writing it to the file whenever it fills.
-func (w *PartWriter) buffer(b []byte) error {
+func (w *partFile) buffer(b []byte) error {
 	for len(b) > 0 {
 		n := copy(w.buf[len(w.buf):cap(w.buf)], b)
 		w.buf, b = w.buf[:len(w.buf)+n], b[n:]
@@ -308,7 +316,7 @@ func (w *PartWriter) buffer(b []byte) error {
 // write writes a piece of the buffer. With direct I/O its length must be
 // a multiple of directIOAlign; a file system that refuses the write
 // (EINVAL) gets it again, and the rest of the file, without direct I/O.
-func (w *PartWriter) write(b []byte) error {
+func (w *partFile) write(b []byte) error {
 	_, err := writePartFile(w.f, w.direct, b)
 	if err != nil && w.direct && errors.Is(err, errInvalid) {
 		if cerr := clearDirectIO(w.f); cerr != nil {
@@ -324,7 +332,7 @@ func (w *PartWriter) write(b []byte) error {
 // I/O as some file systems do.
 var writePartFile = func(f *os.File, _ bool, b []byte) (int, error) { return f.Write(b) }
 
-func (w *PartWriter) flush() error {
+func (w *partFile) flush() error {
 	var trailer [partTrailer]byte
 	binary.BigEndian.PutUint32(trailer[:], w.crc)
 	if err := w.buffer(trailer[:]); err != nil {
@@ -360,7 +368,7 @@ func (w *PartWriter) flush() error {
 }
 
 // Abort gives the part up (an encoding failed): the checkpoint fails.
-func (w *PartWriter) Abort() {
+func (w *partFile) Abort() {
 	if !w.done {
 		w.finish(fmt.Errorf("part %q was aborted", w.name))
 	}
@@ -368,7 +376,7 @@ func (w *PartWriter) Abort() {
 
 // finish ends the writer: with err nil it records the part, else it fails
 // the checkpoint (whose deletion removes the file).
-func (w *PartWriter) finish(err error) {
+func (w *partFile) finish(err error) {
 	w.done = true
 	if w.f != nil {
 		_ = w.f.Close()

@@ -50,7 +50,7 @@ func tryFileCheckpoint(s *checkpoint.Store, id int64) error {
 			}
 			continue
 		}
-		w, err := p.Create(part)
+		w, err := p.Create(part, 0)
 		if err != nil {
 			return errors.Join(err, p.Abort())
 		}
@@ -180,13 +180,13 @@ func TestCheckpointPartFileDuplicate(t *testing.T) {
 		s := openStore(t, t.TempDir(), checkpoint.Options{})
 		p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/a/0")
+		w, err := p.Create("op/a/0", 0)
 		require.NoError(t, err)
-		_, err = p.Create("op/a/0")
+		_, err = p.Create("op/a/0", 0)
 		require.ErrorIs(t, err, checkpoint.ErrDuplicatePart)
 		require.ErrorIs(t, p.Put("op/a/0", []byte("x")), checkpoint.ErrDuplicatePart)
 		require.NoError(t, p.Put("op/b/0", []byte("x")))
-		_, err = p.Create("op/b/0")
+		_, err = p.Create("op/b/0", 0)
 		require.ErrorIs(t, err, checkpoint.ErrDuplicatePart)
 		_, err = w.Write([]byte("state"))
 		require.NoError(t, err)
@@ -354,7 +354,7 @@ func TestCheckpointPartFileLeftovers(t *testing.T) {
 		writeFileCheckpoint(t, s, 1)
 		p, err := s.Begin(2, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/agg/0")
+		w, err := p.Create("op/agg/0", 0)
 		require.NoError(t, err)
 		_, err = w.Write([]byte("never completed"))
 		require.NoError(t, err)
@@ -377,12 +377,12 @@ func TestCheckpointPartFileLeftovers(t *testing.T) {
 
 // beginPart opens a store in dir and begins checkpoint 1 with one streamed
 // part.
-func beginPart(t *testing.T, dir string) (*checkpoint.Store, *checkpoint.Pending, *checkpoint.PartWriter) {
+func beginPart(t *testing.T, dir string) (*checkpoint.Store, *checkpoint.Pending, checkpoint.PartWriter) {
 	t.Helper()
 	s := openStore(t, dir, checkpoint.Options{})
 	p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 	require.NoError(t, err)
-	w, err := p.Create("op/agg/0")
+	w, err := p.Create("op/agg/0", 0)
 	require.NoError(t, err)
 	return s, p, w
 }
@@ -450,7 +450,7 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		blob := partBlob(1, "op/big/0", 9<<20+123)
 		p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/big/0")
+		w, err := p.Create("op/big/0", 0)
 		require.NoError(t, err)
 		for off, step := 0, 1; off < len(blob); off, step = off+step, step*3+1 {
 			_, err := w.Write(blob[off:min(off+step, len(blob))])

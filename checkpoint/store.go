@@ -558,7 +558,7 @@ type Pending struct {
 	// aborted is set by Abort before it waits for puts: the PartWriters
 	// in flight fail their next write (PartWriter.check).
 	aborted atomic.Bool
-	// bases are the pins CreateDelta took on the bases of delta parts,
+	// bases are the pins Create with a base took on the bases of delta parts,
 	// released once the checkpoint is complete (its metadata then keeps
 	// them) or failed.
 	bases []int64

@@ -21,27 +21,9 @@ func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, erro
 }
 
 // boltPending adapts a pending checkpoint of the bbolt store to
-// PendingCheckpoint, PartCreator and DeltaCreator.
+// PendingCheckpoint.
 type boltPending struct {
 	*checkpoint.Pending
-}
-
-// Create streams a part into a file of its own.
-func (p boltPending) Create(part string) (PartWriter, error) {
-	w, err := p.Pending.Create(part)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// CreateDelta streams a delta part into a file of its own.
-func (p boltPending) CreateDelta(part string, base int64) (PartWriter, error) {
-	w, err := p.Pending.CreateDelta(part, base)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
 }
 
 // ExportSavepoint writes completed checkpoint id as a savepoint file at

@@ -821,14 +821,6 @@ func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error
 	return o.encode(func(m *memSnapshot) error { return m.EncodeGroups(fn) })
 }
 
-func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
-	err := o.encode(func(m *memSnapshot) (err error) {
-		dst, err = m.AppendTo(dst)
-		return err
-	})
-	return dst, err
-}
-
 func (o *boltSnapshot) WriteTo(w io.Writer) (n int64, err error) {
 	err = o.encode(func(m *memSnapshot) (err error) {
 		n, err = m.WriteTo(w)
