@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // stateDir returns the state directory of a pipeline: the file's state.dir,
@@ -44,7 +44,7 @@ func warnAlreadyFinished(logger *slog.Logger, id int64) {
 // store of dir, unless there is none or --yes was given; the runner
 // discards it.
 func confirmFresh(dir string, yes bool, in io.Reader, out io.Writer) error {
-	path := filepath.Join(dir, statestore.CheckpointFileName)
+	path := filepath.Join(dir, checkpoint.FileName)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || yes {
 		return nil
 	}

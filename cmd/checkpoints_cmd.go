@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // defaultStateDir is the runner's state directory when neither --state-dir
@@ -169,7 +169,7 @@ func (o *checkpointsOptions) stateDirFor(c *cobra.Command, spec *pipeline.Spec) 
 
 // openStore loads the pipeline file and opens its checkpoint store, or
 // returns a nil store when there is none (nothing is created).
-func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pipeline.Spec, dir string, store *statestore.CheckpointStore, err error) {
+func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pipeline.Spec, dir string, store *checkpoint.Store, err error) {
 	logger, err := o.global.newLogger(c.ErrOrStderr())
 	if err != nil {
 		return nil, "", nil, err
@@ -183,16 +183,16 @@ func (o *checkpointsOptions) openStore(c *cobra.Command, file string) (spec *pip
 		return nil, "", nil, invalidInput("%s: pipeline %q has no checkpoint block, so eddy run takes no checkpoints of it", file, spec.Name)
 	}
 	dir = o.stateDirFor(c, spec)
-	if _, err := os.Stat(filepath.Join(dir, statestore.CheckpointFileName)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, checkpoint.FileName)); errors.Is(err, fs.ErrNotExist) {
 		return spec, dir, nil, nil
 	}
 	logger = logger.With("pipeline", spec.Name)
-	err = statestore.Guard(dir, func() error {
+	err = checkpoint.Guard(dir, func() error {
 		var err error
-		store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: spec.Checkpoint.Retain, Logger: logger})
+		store, err = checkpoint.Open(dir, checkpoint.Options{Retain: spec.Checkpoint.Retain, Logger: logger})
 		return err
 	})
-	if errors.Is(err, statestore.ErrStateDirLocked) {
+	if errors.Is(err, checkpoint.ErrStateDirLocked) {
 		return nil, "", nil, runtimeFailure(fmt.Errorf("open the checkpoints of %q: %w (while it runs, eddy checkpoints status %s shows its recent checkpoints)", spec.Name, err, file))
 	}
 	if err != nil {
@@ -239,10 +239,10 @@ func (o *checkpointsOptions) list(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
-	out := checkpointList{Pipeline: spec.Name, Store: filepath.Join(dir, statestore.CheckpointFileName), Checkpoints: []checkpointRow{}}
+	out := checkpointList{Pipeline: spec.Name, Store: filepath.Join(dir, checkpoint.FileName), Checkpoints: []checkpointRow{}}
 	if store != nil {
 		defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
-		err = statestore.Guard(dir, func() error {
+		err = checkpoint.Guard(dir, func() error {
 			out.Checkpoints, err = listCheckpoints(c.Context(), store)
 			return err
 		})
@@ -279,7 +279,7 @@ func writeList(w io.Writer, format string, v any, text func(io.Writer) error) er
 
 // listCheckpoints returns the store's checkpoints, newest first, each
 // verified.
-func listCheckpoints(ctx context.Context, store *statestore.CheckpointStore) ([]checkpointRow, error) {
+func listCheckpoints(ctx context.Context, store *checkpoint.Store) ([]checkpointRow, error) {
 	infos, err := store.List()
 	if err != nil {
 		return nil, err
@@ -384,7 +384,7 @@ func (o *checkpointsOptions) export(c *cobra.Command, file, idArg, path string) 
 	}
 	defer func() { _ = store.Close(context.WithoutCancel(c.Context())) }()
 	var size int64
-	err = statestore.Guard(dir, func() error {
+	err = checkpoint.Guard(dir, func() error {
 		if latest {
 			cp, err := store.Latest(c.Context())
 			if err != nil {
@@ -402,9 +402,9 @@ func (o *checkpointsOptions) export(c *cobra.Command, file, idArg, path string) 
 		return nil
 	})
 	switch {
-	case errors.Is(err, statestore.ErrNoCheckpoint) && !latest:
+	case errors.Is(err, checkpoint.ErrNoCheckpoint) && !latest:
 		return invalidInput("pipeline %q has no completed checkpoint %d in %s (eddy checkpoints list %s shows them)", spec.Name, id, dir, file)
-	case errors.Is(err, statestore.ErrNoCheckpoint):
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		return invalidInput("pipeline %q has no completed checkpoint in %s", spec.Name, dir)
 	case errors.Is(err, fs.ErrExist):
 		return invalidInput("%s exists: not overwriting it (choose another path, or remove it)", path)

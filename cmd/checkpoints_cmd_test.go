@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddy-stream/eddy/statestore"
-	"github.com/eddy-stream/eddy/statestore/statestoretest"
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/checkpoint/checkpointtest"
 )
 
 // checkpointPipeline is a bounded pipeline with a checkpoint block: a run
@@ -61,7 +61,7 @@ func newCheckpointFixture(t *testing.T) checkpointFixture {
 }
 
 func (f checkpointFixture) storePath() string {
-	return filepath.Join(f.state, "cp-cmd", statestore.CheckpointFileName)
+	return filepath.Join(f.state, "cp-cmd", checkpoint.FileName)
 }
 
 // committed returns the lines of the final part files.
@@ -296,7 +296,7 @@ func TestCheckpointsListDeltas(t *testing.T) {
 	sp := filepath.Join(dir, "latest.savepoint")
 	r = execute(t, env, "checkpoints", "export", file, "latest", sp)
 	require.Equal(t, 0, r.code, r.stderr)
-	cp, err := statestore.OpenSavepoint(sp)
+	cp, err := checkpoint.OpenSavepoint(sp)
 	require.NoError(t, err)
 	defer cp.Close()
 	for _, p := range cp.Parts() {
@@ -321,7 +321,7 @@ func TestCheckpointsExportRestore(t *testing.T) {
 		"restore it with: eddy run --from-savepoint "+sp+" "+f.file+"\n", r.stdout)
 	require.Empty(t, r.stderr)
 
-	cp, err := statestore.OpenSavepoint(sp)
+	cp, err := checkpoint.OpenSavepoint(sp)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), cp.ID())
 	require.NoError(t, cp.Close())
@@ -342,7 +342,7 @@ func TestCheckpointsExportRestore(t *testing.T) {
 // run restores; export refuses it, and latest falls back past it.
 func TestCheckpointsCorrupt(t *testing.T) {
 	f := newCheckpointFixture(t)
-	statestoretest.CorruptLargestPart(t, f.storePath(), 2)
+	checkpointtest.CorruptLargestPart(t, f.storePath(), 2)
 	env := map[string]string{"EDDY_STATE_DIR": f.state}
 
 	r := execute(t, env, "checkpoints", "list", f.file)
@@ -362,7 +362,7 @@ func TestCheckpointsCorrupt(t *testing.T) {
 	require.Contains(t, r.stdout, "exported checkpoint 1 of pipeline cp-cmd")
 	require.Contains(t, r.stderr, `msg="checkpoint is unreadable; falling back to the previous retained checkpoint"`)
 
-	statestoretest.CorruptLargestPart(t, f.storePath(), 1)
+	checkpointtest.CorruptLargestPart(t, f.storePath(), 1)
 	r = execute(t, env, "checkpoints", "list", f.file)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "no checkpoint verifies: eddy run fails rather than start from the beginning")
@@ -396,7 +396,7 @@ func TestCheckpointsDamagedStore(t *testing.T) {
 // listed; the message names the holder and the command that asks it.
 func TestCheckpointsLocked(t *testing.T) {
 	f := newCheckpointFixture(t)
-	s, err := statestore.OpenCheckpointStore(filepath.Dir(f.storePath()), statestore.CheckpointStoreOptions{})
+	s, err := checkpoint.Open(filepath.Dir(f.storePath()), checkpoint.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	r := execute(t, map[string]string{"EDDY_STATE_DIR": f.state}, "checkpoints", "list", f.file)

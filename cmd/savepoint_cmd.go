@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // savepointOptions are the flags of `eddy savepoint trigger|list`.
@@ -280,8 +280,8 @@ func readSavepoint(path string) savepointRow {
 	if st, err := os.Stat(path); err == nil {
 		r.Size = st.Size()
 	}
-	err := statestore.Guard(filepath.Dir(path), func() error {
-		cp, err := statestore.OpenSavepoint(path)
+	err := checkpoint.Guard(filepath.Dir(path), func() error {
+		cp, err := checkpoint.OpenSavepoint(path)
 		if err != nil {
 			return err
 		}
@@ -295,7 +295,7 @@ func readSavepoint(path string) savepointRow {
 				return err
 			}
 			r.Final = meta.Final
-		} else if !errors.Is(err, statestore.ErrPartNotFound) {
+		} else if !errors.Is(err, checkpoint.ErrPartNotFound) {
 			return err
 		}
 		return nil

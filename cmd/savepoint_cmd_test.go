@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // savepointPipeline is an unbounded pipeline with a checkpoint block: it
@@ -280,7 +280,7 @@ func TestSavepointCommand(t *testing.T) {
 	}
 	require.Len(t, paths, 2)
 	for i, p := range paths {
-		cp, err := statestore.OpenSavepoint(p)
+		cp, err := checkpoint.OpenSavepoint(p)
 		require.NoError(t, err)
 		require.Equal(t, int64(i+1), cp.ID())
 		require.Equal(t, "sp-cmd", cp.Meta().Pipeline)

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -245,9 +246,9 @@ func (o *stateOptions) resolve(c *cobra.Command, path string) (inspectTarget, er
 		return inspectTarget{}, runtimeFailure(err)
 	}
 	if st.IsDir() {
-		f := filepath.Join(path, statestore.CheckpointFileName)
+		f := filepath.Join(path, checkpoint.FileName)
 		if _, err := os.Stat(f); err != nil {
-			return inspectTarget{}, invalidInput("%s holds no %s: give a pipeline's state dir (<state dir>/<pipeline name>), or the pipeline file", path, statestore.CheckpointFileName)
+			return inspectTarget{}, invalidInput("%s holds no %s: give a pipeline's state dir (<state dir>/<pipeline name>), or the pipeline file", path, checkpoint.FileName)
 		}
 		return inspectTarget{file: f}, nil
 	}
@@ -263,7 +264,7 @@ func (o *stateOptions) resolve(c *cobra.Command, path string) (inspectTarget, er
 		return inspectTarget{}, invalidInput("%s: pipeline %q has no checkpoint block, so eddy run takes no checkpoints of it", path, spec.Name)
 	}
 	co := &checkpointsOptions{global: o.global, stateDir: o.stateDir}
-	f := filepath.Join(co.stateDirFor(c, spec), statestore.CheckpointFileName)
+	f := filepath.Join(co.stateDirFor(c, spec), checkpoint.FileName)
 	if _, err := os.Stat(f); err != nil {
 		return inspectTarget{}, invalidInput("pipeline %q has no checkpoints: %s does not exist (is the state dir right? --state-dir or %s)", spec.Name, f, envName(keyStateDir))
 	}
@@ -271,13 +272,13 @@ func (o *stateOptions) resolve(c *cobra.Command, path string) (inspectTarget, er
 }
 
 // guardFile runs fn, which reads the checkpoint file path, turning a panic
-// or memory fault of bbolt on a damaged file into an error (as statestore.Guard
+// or memory fault of bbolt on a damaged file into an error (as checkpoint.Guard
 // does for a store).
 func guardFile(path string, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = runtimeFailure(fmt.Errorf("%w: %s is damaged beyond its checksums (bbolt: %v)", statestore.ErrCheckpointCorrupt, path, r))
+			err = runtimeFailure(fmt.Errorf("%w: %s is damaged beyond its checksums (bbolt: %v)", checkpoint.ErrCorrupt, path, r))
 		}
 	}()
 	return fn()
@@ -286,9 +287,9 @@ func guardFile(path string, fn func() error) (err error) {
 // read opens the checkpoint file and decodes the chosen checkpoint. failed
 // names the parts shown with an error.
 func (o *stateOptions) read(target inspectTarget, keys map[string]bool) (*inspectOutput, []string, error) {
-	f, err := statestore.OpenCheckpointFile(target.file, 0)
+	f, err := checkpoint.OpenFile(target.file, 0)
 	switch {
-	case errors.Is(err, statestore.ErrCheckpointFormat):
+	case errors.Is(err, checkpoint.ErrFormat):
 		return nil, nil, invalidInput("%w (give a pipeline file, a pipeline's state dir, a checkpoints.db or a savepoint file)", err)
 	case err != nil:
 		return nil, nil, runtimeFailure(err)
@@ -454,7 +455,7 @@ func (o *stateOptions) read(target inspectTarget, keys map[string]bool) (*inspec
 
 // choose returns the id of the checkpoint to show: --checkpoint, else the
 // newest completed one.
-func (o *stateOptions) choose(f *statestore.CheckpointFile) (int64, error) {
+func (o *stateOptions) choose(f *checkpoint.File) (int64, error) {
 	list, err := f.List()
 	if err != nil {
 		return 0, runtimeFailure(err)

@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/checkpoint/checkpointtest"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
-	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // windowPipeline reads readings from a followed file (so its input never
@@ -89,7 +89,7 @@ type windowFixture struct {
 }
 
 func (f windowFixture) storePath() string {
-	return filepath.Join(f.state, f.spec.Name, statestore.CheckpointFileName)
+	return filepath.Join(f.state, f.spec.Name, checkpoint.FileName)
 }
 
 // lineWaiter is the stdout of the run: done closes once every wanted text
@@ -134,7 +134,7 @@ func newWindowFixture(t *testing.T) windowFixture {
 	f.spec = plan.Spec
 
 	logger := slog.New(slog.DiscardHandler)
-	store, err := statestore.OpenCheckpointStore(filepath.Dir(f.storePath()), statestore.CheckpointStoreOptions{Logger: logger})
+	store, err := checkpoint.Open(filepath.Dir(f.storePath()), checkpoint.Options{Logger: logger})
 	require.NoError(t, err)
 	w := &lineWaiter{want: []string{`"n":5,"sensor":"a"`, `"n":3,"sensor":"b"`}, done: make(chan struct{})}
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
@@ -446,8 +446,8 @@ func TestStateInspectWindows(t *testing.T) {
 func TestStateInspectCorrupt(t *testing.T) {
 	f := newWindowFixture(t)
 	env := map[string]string{"EDDY_STATE_DIR": f.state}
-	statestoretest.CorruptPart(t, f.storePath(), 1, "op/per_sensor/1")
-	statestoretest.CorruptPart(t, f.storePath(), 1, "sink/windows/0")
+	checkpointtest.CorruptPart(t, f.storePath(), 1, "op/per_sensor/1")
+	checkpointtest.CorruptPart(t, f.storePath(), 1, "sink/windows/0")
 
 	out, r := inspectJSON(t, env, f.file)
 	require.Equal(t, 1, r.code, r.stdout)
@@ -561,7 +561,7 @@ func TestStateInspectErrors(t *testing.T) {
 	}
 
 	// A store that a running pipeline holds.
-	s, err := statestore.OpenCheckpointStore(filepath.Dir(f.storePath()), statestore.CheckpointStoreOptions{})
+	s, err := checkpoint.Open(filepath.Dir(f.storePath()), checkpoint.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	_, r := inspectJSON(t, env, f.file)

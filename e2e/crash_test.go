@@ -29,9 +29,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/checkpoint/checkpointtest"
 	"github.com/eddy-stream/eddy/internal/testkit"
-	"github.com/eddy-stream/eddy/statestore"
-	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // Crash tests: SIGKILL `eddy run` at random moments, restart it with the
@@ -1064,7 +1064,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		return work, env
 	}
 	storeOf := func(work string) string {
-		return filepath.Join(work, "state", "crash-aggregate", statestore.CheckpointFileName)
+		return filepath.Join(work, "state", "crash-aggregate", checkpoint.FileName)
 	}
 	file := mustAbs(t, "testdata/crash/aggregate.yaml")
 	want := canonicalLines(t, expectedAggregate(n))
@@ -1085,7 +1085,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		for _, f := range committableFinals(t, storeOf(work), previous) {
 			delete(dups, f)
 		}
-		statestoretest.CorruptLargestPart(t, storeOf(work), newest)
+		checkpointtest.CorruptLargestPart(t, storeOf(work), newest)
 		expect := slices.Clone(want)
 		out := filepath.Join(work, "out")
 		for f := range dups {
@@ -1116,7 +1116,7 @@ func TestCrashCorruptCheckpoint(t *testing.T) {
 		ids := completedCheckpoints(t, storeOf(work))
 		require.NotEmpty(t, ids)
 		for _, id := range ids {
-			statestoretest.CorruptLargestPart(t, storeOf(work), id)
+			checkpointtest.CorruptLargestPart(t, storeOf(work), id)
 		}
 		out := filepath.Join(work, "out")
 		before := committedFiles(t, out)
@@ -1223,7 +1223,7 @@ func TestCrashSavepointExport(t *testing.T) {
 	r := eddy(t, work, env, "checkpoints", "export", file, "latest", sp)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Regexp(t, `^exported checkpoint (\d+) of pipeline crash-dedupe to `+regexp.QuoteMeta(sp), r.stdout)
-	id := completedCheckpoints(t, filepath.Join(work, "state", "crash-dedupe", statestore.CheckpointFileName))[0]
+	id := completedCheckpoints(t, filepath.Join(work, "state", "crash-dedupe", checkpoint.FileName))[0]
 	require.Contains(t, r.stdout, fmt.Sprintf("exported checkpoint %d ", id))
 
 	env["EDDY_STATE_DIR"] = filepath.Join(work, "other-state")
@@ -1263,7 +1263,7 @@ func TestCrashFromSavepointBeforeFirstCheckpoint(t *testing.T) {
 	p := startEddy(t, work, env, "run", file)
 	p.killAt(4, 0)
 	require.True(t, p.wait(t).killed, "the run ended early; stderr:\n%s", p.log.text())
-	ids := completedCheckpoints(t, filepath.Join(work, "state", "crash-dedupe", statestore.CheckpointFileName))
+	ids := completedCheckpoints(t, filepath.Join(work, "state", "crash-dedupe", checkpoint.FileName))
 	require.GreaterOrEqual(t, len(ids), 2)
 	oldest, newest := ids[len(ids)-1], ids[0]
 
@@ -1331,7 +1331,7 @@ func summaryOrStartFailure(t *testing.T, stderr string) string {
 // store at path, newest first, without verifying them.
 func completedCheckpoints(t *testing.T, path string) []int64 {
 	t.Helper()
-	s, err := statestore.OpenCheckpointStore(filepath.Dir(path), statestore.CheckpointStoreOptions{Logger: slog.New(slog.DiscardHandler)})
+	s, err := checkpoint.Open(filepath.Dir(path), checkpoint.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	infos, err := s.List()
@@ -1349,7 +1349,7 @@ func completedCheckpoints(t *testing.T, path string) []int64 {
 // sinks' committables of checkpoint id list.
 func committableFinals(t *testing.T, path string, id int64) []string {
 	t.Helper()
-	s, err := statestore.OpenCheckpointStore(filepath.Dir(path), statestore.CheckpointStoreOptions{Logger: slog.New(slog.DiscardHandler)})
+	s, err := checkpoint.Open(filepath.Dir(path), checkpoint.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	cp, err := s.Checkpoint(context.Background(), id)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // Savepoint tests: savepoints of a running `eddy run` taken with `eddy
@@ -148,7 +148,7 @@ func TestSavepointTriggerAndRestore(t *testing.T) {
 	require.Equal(t, "stopped", summary(t, p.log.text()).status)
 	require.Len(t, p.log.find("stopping without a final checkpoint (on_sigterm: none): records in flight are dropped, the next run restores the latest checkpoint"), 1)
 	require.Empty(t, p.log.find("stopped with a savepoint"))
-	require.Equal(t, []int64{1}, completedCheckpoints(t, filepath.Join(state, "sp-e2e", statestore.CheckpointFileName)),
+	require.Equal(t, []int64{1}, completedCheckpoints(t, filepath.Join(state, "sp-e2e", checkpoint.FileName)),
 		"the savepoint was the first run's only checkpoint")
 
 	fresh := filepath.Join(sc.dir, "fresh-state")
@@ -200,7 +200,7 @@ func TestSavepointOnSigterm(t *testing.T) {
 	require.Equal(t, final, l.Savepoints[0].Path)
 	require.True(t, l.Savepoints[0].Final)
 	require.Equal(t, "ok", l.Savepoints[0].Status)
-	cp, err := statestore.OpenSavepoint(first)
+	cp, err := checkpoint.OpenSavepoint(first)
 	require.NoError(t, err)
 	firstID := cp.ID()
 	require.NoError(t, cp.Close())

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/internal/memlimit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -220,7 +221,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 			plan := ckptBenchPlan(b, name, size.keys, size.interval)
 			dir := b.TempDir()
 			logger := slog.New(slog.DiscardHandler) // the refused checkpoints' warnings
-			store, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: 2, Logger: logger})
+			store, err := checkpoint.Open(dir, checkpoint.Options{Retain: 2, Logger: logger})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -348,7 +349,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			logger := slog.New(slog.DiscardHandler)
-			opts := statestore.CheckpointStoreOptions{Retain: 2, Logger: logger}
+			opts := checkpoint.Options{Retain: 2, Logger: logger}
 			ckptBenchCheckpoint(b, ckptBenchPlan(b, name, size.keys, size.interval), size.keys, dir, opts)
 			// No checkpoint while restoring.
 			plan := ckptBenchPlan(b, name, size.keys, time.Hour)
@@ -360,7 +361,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				store, err := statestore.OpenCheckpointStore(dir, opts)
+				store, err := checkpoint.Open(dir, opts)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -402,9 +403,9 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 
 // ckptBenchCheckpoint runs plan with its checkpoints in dir until a
 // checkpoint taken after each of its keys got its state completed.
-func ckptBenchCheckpoint(b *testing.B, plan *pipeline.Plan, keys int, dir string, opts statestore.CheckpointStoreOptions) {
+func ckptBenchCheckpoint(b *testing.B, plan *pipeline.Plan, keys int, dir string, opts checkpoint.Options) {
 	b.Helper()
-	store, err := statestore.OpenCheckpointStore(dir, opts)
+	store, err := checkpoint.Open(dir, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
@@ -72,6 +74,25 @@ func (p *memPending) Complete(context.Context) error {
 }
 
 func (p *memPending) Abort() error { return nil }
+
+// Create takes whole parts only (checkpoint.ErrDeltaBase for a delta): an
+// incremental backend's snapshots are then written in full.
+func (p *memPending) Create(part string, base int64) (checkpoint.PartWriter, error) {
+	if base != 0 {
+		return nil, fmt.Errorf("create part %q: %w", part, checkpoint.ErrDeltaBase)
+	}
+	return &memPart{p: p, name: part}, nil
+}
+
+// memPart is memPending's PartWriter: Close Puts what was written.
+type memPart struct {
+	bytes.Buffer
+	p    *memPending
+	name string
+}
+
+func (w *memPart) Close() error { return w.p.Put(w.name, w.Bytes()) }
+func (w *memPart) Abort()       {}
 
 type memRestored struct {
 	id    int64

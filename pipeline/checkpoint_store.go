@@ -1,19 +1,19 @@
 package pipeline
 
 import (
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // boltStore adapts statestore's bbolt checkpoint store to CheckpointStore.
 type boltStore struct {
-	s *statestore.CheckpointStore
+	s *checkpoint.Store
 }
 
 // BoltCheckpoints returns the CheckpointStore that writes to s.
-func BoltCheckpoints(s *statestore.CheckpointStore) CheckpointStore { return boltStore{s: s} }
+func BoltCheckpoints(s *checkpoint.Store) CheckpointStore { return boltStore{s: s} }
 
 func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, error) {
-	p, err := b.s.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
+	p, err := b.s.Begin(id, checkpoint.Meta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time})
 	if err != nil {
 		return nil, err
 	}
@@ -21,27 +21,9 @@ func (b boltStore) Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, erro
 }
 
 // boltPending adapts a pending checkpoint of the bbolt store to
-// PendingCheckpoint, PartCreator and DeltaCreator.
+// PendingCheckpoint.
 type boltPending struct {
-	*statestore.PendingCheckpoint
-}
-
-// Create streams a part into a file of its own.
-func (p boltPending) Create(part string) (PartWriter, error) {
-	w, err := p.PendingCheckpoint.Create(part)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// CreateDelta streams a delta part into a file of its own.
-func (p boltPending) CreateDelta(part string, base int64) (PartWriter, error) {
-	w, err := p.PendingCheckpoint.CreateDelta(part, base)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
+	*checkpoint.Pending
 }
 
 // ExportSavepoint writes completed checkpoint id as a savepoint file at
@@ -50,11 +32,11 @@ func (b boltStore) ExportSavepoint(id int64, path string) error { return b.s.Exp
 
 // restoredBolt adapts a verified checkpoint or savepoint to RestoredCheckpoint.
 type restoredBolt struct {
-	*statestore.Checkpoint
+	*checkpoint.Checkpoint
 }
 
 // RestoredFrom returns the RestoredCheckpoint of a checkpoint or savepoint.
-func RestoredFrom(c *statestore.Checkpoint) RestoredCheckpoint { return restoredBolt{c} }
+func RestoredFrom(c *checkpoint.Checkpoint) RestoredCheckpoint { return restoredBolt{c} }
 
 func (r restoredBolt) Parts() []string {
 	parts := r.Checkpoint.Parts()

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
+
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // CheckpointStore is where the coordinator writes checkpoints. A checkpoint
@@ -30,6 +31,14 @@ type CheckpointStore interface {
 type PendingCheckpoint interface {
 	// Put stores one part; it may be called from several goroutines.
 	Put(part string, blob []byte) error
+	// Create streams a part to storage while it is encoded (a subtask's
+	// keyed state, Snapshot.WriteAndRelease), so that it is never held
+	// encoded in memory. With base 0 the part is whole; otherwise it is a
+	// delta on the part of the same name of completed checkpoint base
+	// (statestore.DeltaSnapshot), and Create fails with
+	// checkpoint.ErrDeltaBase when that part is gone: the part is then
+	// written whole. Called from the ack's writer goroutine.
+	Create(part string, base int64) (checkpoint.PartWriter, error)
 	// Complete durably marks the checkpoint complete, after all its parts.
 	Complete(ctx context.Context) error
 	// Abort discards what was written.
@@ -460,31 +469,6 @@ func (c *coordinator) onAck(a Ack) {
 	}()
 }
 
-// PartCreator is a PendingCheckpoint that streams a part to storage while
-// it is encoded (the bbolt store's part files), instead of taking it whole:
-// a subtask's keyed state is then never held encoded in memory, nor copied
-// again.
-type PartCreator interface {
-	Create(part string) (PartWriter, error)
-}
-
-// DeltaCreator is a PartCreator that also stores delta parts: a keyed
-// state part that is a delta on the part of the same name of completed
-// checkpoint base (statestore.DeltaSnapshot). It fails with
-// statestore.ErrDeltaBase when that part is gone; the part is then written
-// in full.
-type DeltaCreator interface {
-	CreateDelta(part string, base int64) (PartWriter, error)
-}
-
-// PartWriter streams one part: Write it, then Close, which returns once
-// the part is durable; Abort gives it up and fails the checkpoint.
-type PartWriter interface {
-	io.Writer
-	Close() error
-	Abort()
-}
-
 func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) (partStats, error) {
 	defer a.release()
 	var st partStats
@@ -511,31 +495,21 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) (partStats, e
 // that the garbage collector gets back what it kept alive (the values the
 // task has replaced since) while the part is made durable.
 func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) (size int64, delta bool, err error) {
-	// A delta goes to a DeltaCreator; anywhere else the snapshot is full.
+	var base int64
 	ds, _ := snap.(statestore.DeltaSnapshot)
-	dc, _ := p.(DeltaCreator)
-	if ds != nil && ds.Base() != 0 && dc == nil {
-		ds.Full()
+	if ds != nil {
+		base = ds.Base()
 	}
-	pc, ok := p.(PartCreator)
-	if !ok {
-		buf, err := snap.AppendTo(nil)
-		snap.Release()
-		if err != nil {
-			return 0, false, fmt.Errorf("encode: %w", err)
-		}
-		return int64(len(buf)), false, p.Put(name, buf)
-	}
-	var w PartWriter
-	if ds != nil && ds.Base() != 0 {
-		if w, err = dc.CreateDelta(name, ds.Base()); errors.Is(err, statestore.ErrDeltaBase) {
+	var w checkpoint.PartWriter
+	if base != 0 {
+		if w, err = p.Create(name, base); errors.Is(err, checkpoint.ErrDeltaBase) {
 			ds.Full() // the base's part is gone (retention): write in full
 			w, err = nil, nil
 		}
 	}
 	delta = w != nil
 	if w == nil && err == nil {
-		w, err = pc.Create(name)
+		w, err = p.Create(name, 0)
 	}
 	if err != nil {
 		snap.Release()

@@ -1,17 +1,39 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
-// putPending keeps what Put gets: a store without streamed parts.
+// putPending keeps what Put gets, and a created part once it is closed: a
+// store without part files or delta parts.
 type putPending struct{ parts map[string][]byte }
+
+// Create refuses delta parts (checkpoint.ErrDeltaBase), as a store does
+// whose base part is gone.
+func (p *putPending) Create(part string, base int64) (checkpoint.PartWriter, error) {
+	if base != 0 {
+		return nil, fmt.Errorf("create part %q: %w", part, checkpoint.ErrDeltaBase)
+	}
+	return &bufPart{p: p, name: part}, nil
+}
+
+// bufPart is putPending's PartWriter: Close Puts what was written.
+type bufPart struct {
+	bytes.Buffer
+	p    *putPending
+	name string
+}
+
+func (w *bufPart) Close() error { return w.p.Put(w.name, w.Bytes()) }
+func (w *bufPart) Abort()       {}
 
 func (p *putPending) Put(part string, blob []byte) error {
 	p.parts[part] = append([]byte(nil), blob...)
@@ -22,8 +44,8 @@ func (p *putPending) Abort() error                   { return nil }
 
 // writeAck streams a state part into the checkpoint store (a file of its
 // own), releasing the snapshot before the part is fsynced, and stores the
-// bytes the snapshot encodes; a store without streamed parts gets the same
-// bytes through Put.
+// bytes the snapshot encodes; another store gets the same bytes through its
+// PartWriter.
 func TestWriteAckStreamsStateParts(t *testing.T) {
 	be, err := statestore.NewMemory(statestore.Options{KeyGroup: func(k string) int { return len(k) % 4 }, KeyGroups: [2]int{0, 4}})
 	require.NoError(t, err)
@@ -36,13 +58,14 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 	var snap statestore.Snapshot
 	synced := 0
 	dir := t.TempDir()
-	store, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Faults: statestore.CheckpointFaultFuncs{
-		FileFunc: func(op statestore.CheckpointOp, _ string) error {
-			if op == statestore.OpPartSync {
+	store, err := checkpoint.Open(dir, checkpoint.Options{Faults: checkpoint.FaultFuncs{
+		FileFunc: func(op checkpoint.Op, _ string) error {
+			if op == checkpoint.OpPartSync {
 				synced++
-				left, err := snap.AppendTo(nil)
+				var left bytes.Buffer
+				_, err := snap.WriteTo(&left)
 				require.NoError(t, err)
-				require.Empty(t, left, "the snapshot is released before the part is fsynced")
+				require.Zero(t, left.Len(), "the snapshot is released before the part is fsynced")
 			}
 			return nil
 		},
@@ -52,8 +75,10 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 
 	snap, err = be.Snapshot()
 	require.NoError(t, err)
-	want, err := snap.AppendTo(nil)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
 	require.NoError(t, err)
+	want := buf.Bytes()
 	require.NotEmpty(t, want)
 	p, err := BoltCheckpoints(store).Begin(1, CheckpointMeta{Pipeline: "p"})
 	require.NoError(t, err)
@@ -98,14 +123,14 @@ func TestWriteAckDeltaParts(t *testing.T) {
 	for i := range 100 {
 		v.Put(fmt.Sprint("key", i), "", i)
 	}
-	store, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1})
+	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{Retain: 1})
 	require.NoError(t, err)
 	defer store.Close(ctx)
 
 	// checkpoint writes checkpoint id of be into s, completes it, and
 	// returns the part's info and bytes, and the full snapshot they must
 	// equal.
-	checkpoint := func(s CheckpointStore, id int64) (statestore.PartInfo, []byte, []byte) {
+	readCheckpoint := func(s CheckpointStore, id int64) (checkpoint.PartInfo, []byte, []byte) {
 		snap, err := be.SnapshotCheckpoint(id)
 		require.NoError(t, err)
 		full := writeFull(t, be)
@@ -125,27 +150,27 @@ func TestWriteAckDeltaParts(t *testing.T) {
 			require.Equal(t, partStats{bytes: info.Size, deltas: min(1, int(info.Base))}, st)
 			return info, got, full
 		}
-		return statestore.PartInfo{}, nil, full
+		return checkpoint.PartInfo{}, nil, full
 	}
-	info, got, full := checkpoint(BoltCheckpoints(store), 1)
+	info, got, full := readCheckpoint(BoltCheckpoints(store), 1)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 	size := info.Size
 	for id := int64(2); id <= 3; id++ {
 		v.Put(fmt.Sprint("key", id), "", -1)
 		v.Delete(fmt.Sprint("key", id+10), "")
-		info, got, full = checkpoint(BoltCheckpoints(store), id)
+		info, got, full = readCheckpoint(BoltCheckpoints(store), id)
 		require.Equal(t, id-1, info.Base, "checkpoint %d", id)
 		require.Less(t, info.Size, size/4, "checkpoint %d", id)
 		require.Equal(t, full, got, "checkpoint %d", id)
 	}
 
 	// Another store has no checkpoint 3: the delta on it is written in full.
-	other, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{})
+	other, err := checkpoint.Open(t.TempDir(), checkpoint.Options{})
 	require.NoError(t, err)
 	defer other.Close(ctx)
 	v.Put("key50", "", -1)
-	info, got, full = checkpoint(BoltCheckpoints(other), 4)
+	info, got, full = readCheckpoint(BoltCheckpoints(other), 4)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 
@@ -168,7 +193,8 @@ func writeFull(t *testing.T, b statestore.Backend) []byte {
 	snap, err := b.Snapshot()
 	require.NoError(t, err)
 	defer snap.Release()
-	full, err := snap.AppendTo(nil)
+	var full bytes.Buffer
+	_, err = snap.WriteTo(&full)
 	require.NoError(t, err)
-	return full
+	return full.Bytes()
 }

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // RunnerOptions configure a Runner.
@@ -197,7 +197,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // runAttempts runs the job, restarting it after each failure as the restart
 // policy allows; store is nil without a checkpoint block.
-func (r *Runner) runAttempts(ctx context.Context, opts JobOptions, store *statestore.CheckpointStore) error {
+func (r *Runner) runAttempts(ctx context.Context, opts JobOptions, store *checkpoint.Store) error {
 	policy := NewRestartPolicy(r.spec.Restart)
 	plan := r.Plan()
 	for attempt := 1; ; attempt++ {
@@ -445,11 +445,11 @@ func (r *Runner) TriggerSavepoint(ctx context.Context, dir string) (Savepoint, e
 // one falls back to the previous, with a warning), or nothing. next is the
 // id of the run's first checkpoint.
 func openCheckpoints(ctx context.Context, logger *slog.Logger, spec *Spec, o RunnerOptions) (
-	store *statestore.CheckpointStore, restore *statestore.Checkpoint, next int64, err error,
+	store *checkpoint.Store, restore *checkpoint.Checkpoint, next int64, err error,
 ) {
 	// A store damaged beyond its checksums makes bbolt panic or fault:
 	// that is a failure to report (exit 1), not a crash.
-	err = statestore.Guard(o.StateDir, func() error {
+	err = checkpoint.Guard(o.StateDir, func() error {
 		var gerr error
 		store, restore, next, gerr = findRestore(ctx, logger, spec, o)
 		return gerr
@@ -458,7 +458,7 @@ func openCheckpoints(ctx context.Context, logger *slog.Logger, spec *Spec, o Run
 }
 
 func findRestore(ctx context.Context, logger *slog.Logger, spec *Spec, o RunnerOptions) (
-	store *statestore.CheckpointStore, restore *statestore.Checkpoint, next int64, err error,
+	store *checkpoint.Store, restore *checkpoint.Checkpoint, next int64, err error,
 ) {
 	dir := o.StateDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -469,7 +469,7 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *Spec, o RunnerO
 			return nil, nil, 0, err
 		}
 	}
-	store, err = statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: spec.Checkpoint.Retain, Logger: logger})
+	store, err = checkpoint.Open(dir, checkpoint.Options{Retain: spec.Checkpoint.Retain, Logger: logger})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("open checkpoints in %s: %w", dir, err)
 	}
@@ -493,7 +493,7 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *Spec, o RunnerO
 	default:
 		restore, err = store.Latest(ctx)
 		switch {
-		case errors.Is(err, statestore.ErrNoCheckpoint):
+		case errors.Is(err, checkpoint.ErrNoCheckpoint):
 			logger.Info("no checkpoint to restore: starting from the beginning", "state_dir", dir)
 			return store, nil, max(next, 1), nil
 		case err != nil:
@@ -520,15 +520,15 @@ func findRestore(ctx context.Context, logger *slog.Logger, spec *Spec, o RunnerO
 // the savepoint's own id, and the id after the copy. The run restores from
 // that copy: if it crashes before its first checkpoint, a plain restart
 // restores the savepoint again, not an older checkpoint of the store.
-func importSavepoint(ctx context.Context, store *statestore.CheckpointStore, path string, next int64) (restore *statestore.Checkpoint, spID, after int64, err error) {
-	sp, err := statestore.OpenSavepoint(path)
+func importSavepoint(ctx context.Context, store *checkpoint.Store, path string, next int64) (restore *checkpoint.Checkpoint, spID, after int64, err error) {
+	sp, err := checkpoint.OpenSavepoint(path)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("open savepoint %s: %w", path, err)
 	}
 	defer func() { _ = sp.Close() }()
 	id := max(next, sp.ID()+1)
 	meta := sp.Meta()
-	p, err := store.Begin(id, statestore.CheckpointMeta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time, Committables: meta.Committables})
+	p, err := store.Begin(id, checkpoint.Meta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time, Committables: meta.Committables})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("import savepoint %s as checkpoint %d: %w", path, id, err)
 	}
@@ -559,7 +559,7 @@ func importSavepoint(ctx context.Context, store *statestore.CheckpointStore, pat
 // discardCheckpoints removes the checkpoint store of dir (RunnerOptions.
 // Fresh); the caller asked the user.
 func discardCheckpoints(dir string) error {
-	path := filepath.Join(dir, statestore.CheckpointFileName)
+	path := filepath.Join(dir, checkpoint.FileName)
 	for _, f := range []string{path, path + ".owner"} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("discard checkpoints: %w", err)
@@ -570,7 +570,7 @@ func discardCheckpoints(dir string) error {
 
 // restartOptions points the next attempt at the latest complete checkpoint
 // (none yet: the beginning) and at the next free checkpoint id.
-func restartOptions(ctx context.Context, opts JobOptions, store *statestore.CheckpointStore) (JobOptions, error) {
+func restartOptions(ctx context.Context, opts JobOptions, store *checkpoint.Store) (JobOptions, error) {
 	list, err := store.List()
 	if err != nil {
 		return opts, err
@@ -580,7 +580,7 @@ func restartOptions(ctx context.Context, opts JobOptions, store *statestore.Chec
 	}
 	latest, err := store.Latest(ctx)
 	switch {
-	case errors.Is(err, statestore.ErrNoCheckpoint):
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		opts.Restore = nil
 		return opts, nil
 	case err != nil:

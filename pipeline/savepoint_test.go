@@ -16,9 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // savepointText is a keyed count from two paced source subtasks to a
@@ -53,7 +53,7 @@ sinks:
 type recStore struct {
 	pipeline.CheckpointStore
 	exp pipeline.SavepointExporter
-	s   *statestore.CheckpointStore
+	s   *checkpoint.Store
 
 	mu          sync.Mutex
 	metas       map[int64]pipeline.CheckpointMeta
@@ -62,7 +62,7 @@ type recStore struct {
 
 func newRecStore(t *testing.T, retain int) *recStore {
 	t.Helper()
-	s, err := statestore.OpenCheckpointStore(t.TempDir(), statestore.CheckpointStoreOptions{Retain: retain, Logger: slog.New(slog.DiscardHandler)})
+	s, err := checkpoint.Open(t.TempDir(), checkpoint.Options{Retain: retain, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
 	b := pipeline.BoltCheckpoints(s)
@@ -132,9 +132,9 @@ func loadSavepointPlan(t *testing.T, log *txnLog, interval, mode string, retain 
 
 // openSavepoint opens a savepoint file and returns it with its metadata
 // part decoded and the next position of each source subtask.
-func openSavepoint(t *testing.T, path string) (*statestore.Checkpoint, pipeline.SavepointMeta, []int64) {
+func openSavepoint(t *testing.T, path string) (*checkpoint.Checkpoint, pipeline.SavepointMeta, []int64) {
 	t.Helper()
-	cp, err := statestore.OpenSavepoint(path)
+	cp, err := checkpoint.OpenSavepoint(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cp.Close() })
 	b, err := cp.Get(pipeline.SavepointMetaPart)
@@ -271,7 +271,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	require.Len(t, log.output(), int(next[0]/2+(next[1]-1)/2), "the final savepoint committed everything read")
 
 	n := int(max(next[0], next[1])) + 2000
-	cp, err := statestore.OpenSavepoint(sp.Path)
+	cp, err := checkpoint.OpenSavepoint(sp.Path)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cp.Close()) }()
 	plan2 := loadSavepointPlan(t, log, "5ms", "exactly_once", 3, fmt.Sprintf("count: %d", n))
@@ -530,7 +530,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 	job.Cancel()
 	require.ErrorIs(t, waitJob(t, job), context.Canceled)
 
-	cp, err := statestore.OpenSavepoint(sp.Path)
+	cp, err := checkpoint.OpenSavepoint(sp.Path)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cp.Close()) }()
 	counts := map[string]int{}

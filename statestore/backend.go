@@ -187,9 +187,6 @@ type Snapshot interface {
 	// the blob. Entries whose TTL expired when the snapshot was taken are
 	// left out.
 	EncodeGroups(fn func(group int, blob []byte) error) error
-	// AppendTo appends every blob of EncodeGroups, back to back, to dst (the
-	// bytes of WriteTo).
-	AppendTo(dst []byte) ([]byte, error)
 	// WriteTo writes every blob of EncodeGroups back to back, one Write
 	// each; SplitBlobs splits such a stream again.
 	WriteTo(w io.Writer) (int64, error)

@@ -85,12 +85,12 @@ var mmapReserve = func() int {
 	return int(size)
 }()
 
-// openMapped opens the bbolt file at path with opts, mapping mmapReserve up
+// OpenMapped opens the bbolt file at path with opts, mapping mmapReserve up
 // front. Where the address space is limited (RLIMIT_AS, `ulimit -v`) and
 // that fails, it maps 1 GiB, and failing that what the file needs, as bbolt
 // does by default: the file works the same, but a write that grows it past
 // the mapping waits for the snapshots being encoded.
-func openMapped(path string, opts *bolt.Options) (*bolt.DB, error) {
+func OpenMapped(path string, opts *bolt.Options) (*bolt.DB, error) {
 	var db *bolt.DB
 	var err error
 	for _, size := range []int{mmapReserve, min(mmapReserve, 1<<30), 0} {
@@ -242,7 +242,7 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		_ = b.removeFiles()
 		return nil, fmt.Errorf("remove the live state file of an earlier run: %w", err)
 	}
-	b.db, err = openMapped(b.path, &bolt.Options{
+	b.db, err = OpenMapped(b.path, &bolt.Options{
 		// Another process holding the new file's lock is a second eddy
 		// running the same pipeline: fail rather than wait.
 		Timeout: time.Second,
@@ -819,14 +819,6 @@ func (o *boltSnapshot) KeyGroupRange() (start, end int) { return o.s.snap.start,
 
 func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
 	return o.encode(func(m *memSnapshot) error { return m.EncodeGroups(fn) })
-}
-
-func (o *boltSnapshot) AppendTo(dst []byte) ([]byte, error) {
-	err := o.encode(func(m *memSnapshot) (err error) {
-		dst, err = m.AppendTo(dst)
-		return err
-	})
-	return dst, err
 }
 
 func (o *boltSnapshot) WriteTo(w io.Writer) (n int64, err error) {

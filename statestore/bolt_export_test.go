@@ -3,7 +3,6 @@ package statestore
 import (
 	"bytes"
 	"fmt"
-	"os"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -62,29 +61,6 @@ func (t *boltTable[S]) check(tx *bolt.Tx) error {
 func BoltPageWrites(b *Bolt) int64 {
 	st := b.db.Stats()
 	return st.TxStats.GetWrite()
-}
-
-// SetDirectIO turns direct I/O of part files on or off, for tests; it
-// returns the previous setting.
-func SetDirectIO(on bool) bool {
-	old := useDirectIO
-	useDirectIO = on && directIOFlag != 0
-	return old
-}
-
-// RefuseDirectWrites makes writes with direct I/O fail with EINVAL, as on
-// a file system that accepts O_DIRECT at open but not for writes, and
-// counts them; it returns a function that undoes it.
-func RefuseDirectWrites(refused *int) (undo func()) {
-	old := writePartFile
-	writePartFile = func(f *os.File, direct bool, b []byte) (int, error) {
-		if direct {
-			*refused++
-			return 0, errInvalid
-		}
-		return old(f, direct, b)
-	}
-	return func() { writePartFile = old }
 }
 
 // BoltLeafFill returns the share of the bytes of the leaf pages of state's

@@ -35,12 +35,12 @@ func appendTombstone(dst []byte, key, ns string) []byte {
 	return append(dst, tombstone)
 }
 
-// mergeChain merges the parts of an incremental chain into the part a full
+// MergeChain merges the parts of an incremental chain into the part a full
 // snapshot of the newest one would have written, byte for byte: parts[0]
 // is a full part (Snapshot.WriteTo's stream), parts[1:] are delta parts,
 // oldest first, each a delta on the one before it. Every blob's checksum
 // is verified, and the result is a new buffer.
-func mergeChain(parts [][]byte) ([]byte, error) {
+func MergeChain(parts [][]byte) ([]byte, error) {
 	if len(parts) == 0 {
 		return nil, nil
 	}

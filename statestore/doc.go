@@ -24,13 +24,9 @@
 // for each implementation inside this package; a backend is added here
 // without changing operators.
 //
-// Checkpoint storage: CheckpointStore keeps completed checkpoints (and
-// exports savepoints) in one bbolt file per pipeline, every part checksummed
-// and a checkpoint marked complete atomically (docs/checkpoints.md).
-//
 // Dependencies: statestore imports only the standard library,
 // github.com/fxamacker/cbor/v2, go.etcd.io/bbolt and internal/prefetch. It
 // must not import any other of eddy's packages (pipeline, operators,
-// connectors, cmd): the runtime and the operators import statestore, never
-// the other way round.
+// connectors, checkpoint, cmd): the runtime, the checkpoint storage and the
+// operators import statestore, never the other way round.
 package statestore

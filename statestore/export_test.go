@@ -3,8 +3,6 @@ package statestore
 import (
 	"bytes"
 	"fmt"
-	"log/slog"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,14 +24,11 @@ func snapshotBytes(t testing.TB, b Backend) []byte {
 	return buf.Bytes()
 }
 
-// MergeChain is mergeChain, for the external tests.
-var MergeChain = mergeChain
-
 // ChainParts returns the parts of an incremental chain of n checkpoints
 // (ids 1..n) of a bbolt backend: a full part, then n-1 delta parts, each
 // written after some keys were written, some deleted and some timers
 // changed; and the full snapshot of the state at the last checkpoint,
-// which mergeChain(parts) must equal.
+// which MergeChain(parts) must equal.
 func ChainParts(t testing.TB, n int) (parts [][]byte, want []byte) {
 	t.Helper()
 	kg := func(key string) int { return int(key[len(key)-1]) % 8 }
@@ -73,57 +68,10 @@ func ChainParts(t testing.TB, n int) (parts [][]byte, want []byte) {
 	return parts, want
 }
 
-// LogBuffer collects slog output from any goroutine.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// Logger returns a logger of every level that writes to l.
-func (l *LogBuffer) Logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // SetMaxTableChanges sets how many changes a table of an incremental bbolt
 // backend records between two checkpoints, until the test ends.
 func SetMaxTableChanges(t testing.TB, n int) {
 	old := maxTableChanges
 	maxTableChanges = n
 	t.Cleanup(func() { maxTableChanges = old })
-}
-
-// ListIDs lists the store's completed and incomplete checkpoints, newest
-// first.
-func ListIDs(t testing.TB, s *CheckpointStore) (complete, incomplete []int64) {
-	t.Helper()
-	infos, err := s.List()
-	require.NoError(t, err)
-	for _, ci := range infos {
-		if ci.Complete {
-			complete = append(complete, ci.ID)
-		} else {
-			incomplete = append(incomplete, ci.ID)
-		}
-	}
-	return complete, incomplete
-}
-
-// SettleWriter returns once the store's writer has done what came before:
-// the part-file removals it does after replying to a completion included.
-// It submits a deletion of nothing, which the writer takes in turn.
-func SettleWriter(t testing.TB, s *CheckpointStore) {
-	t.Helper()
-	require.NoError(t, s.submit(&writeReq{op: wDelete, fault: OpRetain}))
 }

@@ -316,7 +316,7 @@ func valueAppender[S any]() func(dst []byte, v *S, enc *encoder) ([]byte, error)
 }
 
 // parseBlob checks a blob's frame and checksum and returns its key group and
-// payload. A delta blob is ErrCorrupt: only mergeChain reads those.
+// payload. A delta blob is ErrCorrupt: only MergeChain reads those.
 func parseBlob(blob []byte) (kg int, payload []byte, err error) {
 	kg, flags, payload, err := parseBlobFrame(blob)
 	if err == nil && flags != 0 {

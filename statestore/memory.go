@@ -629,22 +629,10 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 	return dst, nil
 }
 
-// The four ways to encode a snapshot are one loop, encode.
+// The three ways to encode a snapshot are one loop, encode.
 
 func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
 	return s.encode(false, func(group int, blob []byte) error { return fn(group, bytes.Clone(blob)) })
-}
-
-func (s *memSnapshot) AppendTo(dst []byte) ([]byte, error) {
-	start := len(dst)
-	err := s.encode(false, func(_ int, blob []byte) error {
-		dst = append(dst, blob...)
-		return nil
-	})
-	if err == nil {
-		s.wrote(int64(len(dst) - start))
-	}
-	return dst, err
 }
 
 func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) { return s.writeTo(w, false) }

@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"bytes"
@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -62,6 +64,34 @@ const (
 
 	storeKind     = "checkpoints"
 	savepointKind = "savepoint"
+)
+
+// crcTable is CRC32-C (Castagnoli), the checksum of records and parts.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// The CBOR modes of records: Core Deterministic Encoding, and decoding
+// with the limits and options of keyed state's snapshot format.
+var (
+	encMode = func() cbor.UserBufferEncMode {
+		m, err := cbor.CoreDetEncOptions().UserBufferEncMode()
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}()
+	decMode = func() cbor.DecMode {
+		m, err := cbor.DecOptions{
+			MaxNestedLevels:  256,
+			MaxArrayElements: math.MaxInt32,
+			MaxMapPairs:      math.MaxInt32,
+			IntDec:           cbor.IntDecConvertSignedOrBigInt,
+			UTF8:             cbor.UTF8DecodeInvalid,
+		}.DecMode()
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}()
 )
 
 var (
@@ -148,30 +178,30 @@ func encodeRecordVersion(typ, version byte, v any) ([]byte, error) {
 	return binary.BigEndian.AppendUint32(rec, crc32.Checksum(rec, crcTable)), nil
 }
 
-// decodeRecord checks a record's frame and checksum (ErrCheckpointCorrupt),
-// version (ErrCheckpointFormat) and type, and decodes its payload into v.
+// decodeRecord checks a record's frame and checksum (ErrCorrupt),
+// version (ErrFormat) and type, and decodes its payload into v.
 func decodeRecord(typ byte, rec []byte, v any) error {
 	if len(rec) < recHeaderSize+recTrailer {
-		return fmt.Errorf("%w: record of %d bytes is truncated", ErrCheckpointCorrupt, len(rec))
+		return fmt.Errorf("%w: record of %d bytes is truncated", ErrCorrupt, len(rec))
 	}
 	if !bytes.Equal(rec[:4], recMagic[:]) {
-		return fmt.Errorf("%w: bad record magic %q", ErrCheckpointCorrupt, rec[:4])
+		return fmt.Errorf("%w: bad record magic %q", ErrCorrupt, rec[:4])
 	}
 	n := int(binary.BigEndian.Uint32(rec[8:]))
 	if len(rec) != recHeaderSize+n+recTrailer {
-		return fmt.Errorf("%w: record of %d bytes, its header says %d", ErrCheckpointCorrupt, len(rec), recHeaderSize+n+recTrailer)
+		return fmt.Errorf("%w: record of %d bytes, its header says %d", ErrCorrupt, len(rec), recHeaderSize+n+recTrailer)
 	}
 	if got, want := crc32.Checksum(rec[:recHeaderSize+n], crcTable), binary.BigEndian.Uint32(rec[recHeaderSize+n:]); got != want {
-		return fmt.Errorf("%w: record checksum %08x, stored %08x", ErrCheckpointCorrupt, got, want)
+		return fmt.Errorf("%w: record checksum %08x, stored %08x", ErrCorrupt, got, want)
 	}
 	if rec[4] == 0 || rec[4] > ckptFormatVersion {
-		return fmt.Errorf("%w: version %d (this build reads %d)", ErrCheckpointFormat, rec[4], ckptFormatVersion)
+		return fmt.Errorf("%w: version %d (this build reads %d)", ErrFormat, rec[4], ckptFormatVersion)
 	}
 	if rec[5] != typ {
-		return fmt.Errorf("%w: record type %q, expected %q", ErrCheckpointCorrupt, rec[5], typ)
+		return fmt.Errorf("%w: record type %q, expected %q", ErrCorrupt, rec[5], typ)
 	}
 	if err := decMode.Unmarshal(rec[recHeaderSize:recHeaderSize+n], v); err != nil {
-		return fmt.Errorf("%w: decode record %q: %v", ErrCheckpointCorrupt, typ, err)
+		return fmt.Errorf("%w: decode record %q: %v", ErrCorrupt, typ, err)
 	}
 	return nil
 }
@@ -190,16 +220,16 @@ func partValue(stored []byte, crc uint32) []byte {
 // into v).
 func checkPart(v []byte, want PartInfo) ([]byte, error) {
 	if len(v) < partTrailer {
-		return nil, fmt.Errorf("%w: part %q: value of %d bytes is truncated", ErrCheckpointCorrupt, want.Name, len(v))
+		return nil, fmt.Errorf("%w: part %q: value of %d bytes is truncated", ErrCorrupt, want.Name, len(v))
 	}
 	blob := v[:len(v)-partTrailer]
 	stored := binary.BigEndian.Uint32(v[len(blob):])
 	if got := crc32.Checksum(blob, crcTable); got != stored {
-		return nil, fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCheckpointCorrupt, want.Name, got, stored)
+		return nil, fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCorrupt, want.Name, got, stored)
 	}
 	if int64(len(blob)) != want.Size || stored != want.CRC32C {
 		return nil, fmt.Errorf("%w: part %q: %d bytes with checksum %08x, the metadata says %d bytes with %08x",
-			ErrCheckpointCorrupt, want.Name, len(blob), stored, want.Size, want.CRC32C)
+			ErrCorrupt, want.Name, len(blob), stored, want.Size, want.CRC32C)
 	}
 	return blob, nil
 }
@@ -210,7 +240,7 @@ func checkFormat(tx *bolt.Tx, kind string, create bool) error {
 	b := tx.Bucket(bktEddy)
 	if b == nil || b.Get(keyFormat) == nil {
 		if !create {
-			return fmt.Errorf("%w: no %q record; not an eddy %s file", ErrCheckpointFormat, "format", kind)
+			return fmt.Errorf("%w: no %q record; not an eddy %s file", ErrFormat, "format", kind)
 		}
 		rec, err := encodeRecord(recFormat, wireFormat{Kind: kind, Created: time.Now().UnixNano()})
 		if err != nil {
@@ -230,11 +260,11 @@ func checkFormat(tx *bolt.Tx, kind string, create bool) error {
 		return fmt.Errorf("format record: %w", err)
 	}
 	if f.Kind != kind {
-		return fmt.Errorf("%w: an eddy %s file, not a %s file", ErrCheckpointFormat, f.Kind, kind)
+		return fmt.Errorf("%w: an eddy %s file, not a %s file", ErrFormat, f.Kind, kind)
 	}
 	if tx.Bucket(bktCheckpoints) == nil {
 		if !create {
-			return fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktCheckpoints)
+			return fmt.Errorf("%w: no %q bucket", ErrCorrupt, bktCheckpoints)
 		}
 		_, err := tx.CreateBucket(bktCheckpoints)
 		return err
@@ -245,7 +275,7 @@ func checkFormat(tx *bolt.Tx, kind string, create bool) error {
 // ckptRecord is a decoded, verified checkpoint.
 type ckptRecord struct {
 	id        int64
-	meta      CheckpointMeta
+	meta      Meta
 	completed time.Time
 	parts     []PartInfo // sorted by name
 	size      int64      // of the parts, not of their bases
@@ -273,7 +303,7 @@ func (r *ckptRecord) find(part string) (PartInfo, bool) {
 func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 	root := tx.Bucket(bktCheckpoints)
 	if root == nil {
-		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktCheckpoints)
+		return nil, fmt.Errorf("%w: no %q bucket", ErrCorrupt, bktCheckpoints)
 	}
 	cb := root.Bucket(ckptKey(id))
 	if cb == nil {
@@ -288,11 +318,11 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	if m.ID != id {
-		return nil, fmt.Errorf("%w: metadata of checkpoint %d says id %d", ErrCheckpointCorrupt, id, m.ID)
+		return nil, fmt.Errorf("%w: metadata of checkpoint %d says id %d", ErrCorrupt, id, m.ID)
 	}
 	r := &ckptRecord{
 		id: id,
-		meta: CheckpointMeta{
+		meta: Meta{
 			Pipeline:     m.Pipeline,
 			FileHash:     m.FileHash,
 			Time:         time.Unix(0, m.Time),
@@ -303,10 +333,10 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 	}
 	for i, p := range m.Parts {
 		if i > 0 && m.Parts[i-1].Name >= p.Name {
-			return nil, fmt.Errorf("%w: metadata lists parts out of order (%q after %q)", ErrCheckpointCorrupt, p.Name, m.Parts[i-1].Name)
+			return nil, fmt.Errorf("%w: metadata lists parts out of order (%q after %q)", ErrCorrupt, p.Name, m.Parts[i-1].Name)
 		}
 		if p.Size < 0 {
-			return nil, fmt.Errorf("%w: metadata gives part %q a size of %d", ErrCheckpointCorrupt, p.Name, p.Size)
+			return nil, fmt.Errorf("%w: metadata gives part %q a size of %d", ErrCorrupt, p.Name, p.Size)
 		}
 		r.parts[i] = PartInfo{Name: p.Name, Size: p.Size, CRC32C: p.CRC}
 		r.size += p.Size
@@ -316,10 +346,10 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 		i, ok := slices.BinarySearchFunc(r.parts, name, func(p PartInfo, name string) int { return strings.Compare(p.Name, name) })
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("%w: metadata gives a base to part %q, which it does not list", ErrCheckpointCorrupt, name)
+			return nil, fmt.Errorf("%w: metadata gives a base to part %q, which it does not list", ErrCorrupt, name)
 		case base <= 0 || base >= id:
 			// Bases are older checkpoints: a chain always ends.
-			return nil, fmt.Errorf("%w: metadata gives part %q the base checkpoint %d, not an older checkpoint", ErrCheckpointCorrupt, name, base)
+			return nil, fmt.Errorf("%w: metadata gives part %q the base checkpoint %d, not an older checkpoint", ErrCorrupt, name, base)
 		}
 		r.parts[i].Base = base
 	}
@@ -348,7 +378,7 @@ func newChainMetas(tx *bolt.Tx) *chainMetas {
 }
 
 // get returns the metadata of checkpoint id, the base of a delta part.
-// Every failure is ErrCheckpointCorrupt: a delta part without its base
+// Every failure is ErrCorrupt: a delta part without its base
 // cannot be restored.
 func (m *chainMetas) get(id int64) (*ckptRecord, error) {
 	if r := m.recs[id]; r != nil {
@@ -358,11 +388,11 @@ func (m *chainMetas) get(id int64) (*ckptRecord, error) {
 	switch {
 	case errors.Is(err, ErrNoCheckpoint):
 		// Not wrapped: ErrNoCheckpoint would say that the store is empty.
-		return nil, fmt.Errorf("%w: checkpoint %d is missing or incomplete", ErrCheckpointCorrupt, id)
-	case errors.Is(err, ErrCheckpointCorrupt):
+		return nil, fmt.Errorf("%w: checkpoint %d is missing or incomplete", ErrCorrupt, id)
+	case errors.Is(err, ErrCorrupt):
 		return nil, fmt.Errorf("checkpoint %d: %w", id, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: checkpoint %d: %w", ErrCheckpointCorrupt, id, err)
+		return nil, fmt.Errorf("%w: checkpoint %d: %w", ErrCorrupt, id, err)
 	}
 	m.recs[id] = r
 	return r, nil
@@ -381,7 +411,7 @@ func (m *chainMetas) partChain(id int64, pi PartInfo) ([]partRef, error) {
 		bpi, ok := base.find(pi.Name)
 		if !ok {
 			return nil, fmt.Errorf("%w: part %q of checkpoint %d is a delta on checkpoint %d, which has no such part",
-				ErrCheckpointCorrupt, pi.Name, link.id, link.part.Base)
+				ErrCorrupt, pi.Name, link.id, link.part.Base)
 		}
 		chain = append(chain, partRef{id: base.id, part: bpi})
 	}
@@ -413,7 +443,7 @@ func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int6
 	root := tx.Bucket(bktCheckpoints)
 	cb := root.Bucket(ckptKey(id))
 	if cb.Bucket(bktParts) == nil {
-		return nil, fmt.Errorf("%w: no %q bucket", ErrCheckpointCorrupt, bktParts)
+		return nil, fmt.Errorf("%w: no %q bucket", ErrCorrupt, bktParts)
 	}
 	if checked == nil {
 		checked = map[partKey]error{}
@@ -431,7 +461,7 @@ func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int6
 			c := pb.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				if _, ok := r.find(string(k)); !ok {
-					return nil, fmt.Errorf("%w: part %q is not listed in the metadata", ErrCheckpointCorrupt, k)
+					return nil, fmt.Errorf("%w: part %q is not listed in the metadata", ErrCorrupt, k)
 				}
 			}
 		}
@@ -442,7 +472,7 @@ func verifyCheckpoint(ctx context.Context, tx *bolt.Tx, partsDir string, id int6
 			continue
 		}
 		if partsDir == "" {
-			return nil, fmt.Errorf("%w: part %q is a delta on checkpoint %d, which a savepoint cannot have", ErrCheckpointCorrupt, p.Name, p.Base)
+			return nil, fmt.Errorf("%w: part %q is a delta on checkpoint %d, which a savepoint cannot have", ErrCorrupt, p.Name, p.Base)
 		}
 		chain, err := metas.partChain(id, p)
 		if err != nil {

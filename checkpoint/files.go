@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"encoding/binary"
@@ -16,22 +16,23 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/internal/fsutil"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
-// Part files: a part written with PendingCheckpoint.Create is streamed to a
+// Part files: a part written with Pending.Create is streamed to a
 // file of its own, DIR/checkpoints.db.parts/<id>/<n>.part, instead of being
 // held in memory whole and copied into a bbolt value. The file holds what a
 // bbolt value would (the blob, then its CRC32-C); Complete records it in the
 // checkpoint's "files" bucket, in the metadata's transaction, after the
 // files and their directories were fsynced. Deleting a checkpoint removes
 // its directory after its bucket; a directory whose checkpoint is in no
-// bucket and being written by no PendingCheckpoint (a crash's leftover) is
+// bucket and being written by no Pending (a crash's leftover) is
 // removed by retention. Savepoints inline every part.
 
 const (
-	// CheckpointPartsDir is the directory, next to the store's file, of
+	// PartsDir is the directory, next to the store's file, of
 	// the parts written with Create: one sub-directory per checkpoint id.
-	CheckpointPartsDir = CheckpointFileName + ".parts"
+	PartsDir = FileName + ".parts"
 
 	// partWriteBuffer is the buffer a PartWriter writes to its file in
 	// pieces of, aligned in memory and in the file for direct I/O.
@@ -76,18 +77,27 @@ func fileRef(size int64, file string) []byte {
 // name (a damaged value never points outside the checkpoint's directory).
 func parseFileRef(v []byte) (size int64, file string, err error) {
 	if len(v) <= 8 {
-		return 0, "", fmt.Errorf("%w: file reference of %d bytes", ErrCheckpointCorrupt, len(v))
+		return 0, "", fmt.Errorf("%w: file reference of %d bytes", ErrCorrupt, len(v))
 	}
 	file = string(v[8:])
 	if file != filepath.Base(file) || file == "." || file == ".." {
-		return 0, "", fmt.Errorf("%w: file reference %q", ErrCheckpointCorrupt, file)
+		return 0, "", fmt.Errorf("%w: file reference %q", ErrCorrupt, file)
 	}
 	return int64(binary.BigEndian.Uint64(v)), file, nil
 }
 
-// PartWriter streams one part of a pending checkpoint to its file: Write
-// the blob in pieces (the CRC32-C is computed as it goes), then Close,
-// which makes it durable, or Abort. Not safe for concurrent use.
+// PartWriter streams one part of a pending checkpoint (Pending.Create):
+// Write the blob in pieces, then Close, which returns once the part is
+// durable, or Abort, which gives the part up and fails the checkpoint. Not
+// safe for concurrent use.
+type PartWriter interface {
+	io.Writer
+	Close() error
+	Abort()
+}
+
+// partFile is the PartWriter of a part written to a file of its own; the
+// CRC32-C is computed as it goes.
 //
 // Where the file system allows it, the file is written with direct I/O
 // (O_DIRECT on Linux), from an aligned buffer of partWriteBuffer bytes:
@@ -95,10 +105,10 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 // allocation and write-back cost about 1 CPU-second per GiB, and does not
 // evict the pages of the process's live data. A file system that refuses
 // it gets ordinary writes.
-type PartWriter struct {
-	p      *PendingCheckpoint
+type partFile struct {
+	p      *Pending
 	name   string
-	base   int64  // the base checkpoint of a delta part (CreateDelta); 0 for a whole part
+	base   int64  // the base checkpoint of a delta part (Create with a base); 0 for a whole part
 	file   string // base name in the checkpoint's directory
 	path   string
 	f      *os.File
@@ -115,34 +125,33 @@ type PartWriter struct {
 // memory whole (a subtask's keyed state): Write it, then Close the writer,
 // which fsyncs the file before it returns. Until then it counts as a Put in
 // flight: Complete and Abort wait for it. The same names and rules as Put
-// apply; a failed Write or Close fails the checkpoint.
-func (p *PendingCheckpoint) Create(part string) (*PartWriter, error) {
-	w, err := p.create(part, 0)
-	if err != nil {
-		return nil, fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err)
-	}
-	return w, nil
-}
-
-// CreateDelta starts a part written as a stream, as Create does, that is a
-// delta on the part of the same name of completed checkpoint base, older
-// than this one: the blob holds what changed since that part (which may be
-// a delta itself), and reads of the part (Checkpoint.Get, a savepoint)
-// merge its chain into the whole part. Called by the coordinator's writer
-// goroutine of an ack, for a subtask whose snapshot is incremental.
+// apply; a failed Write or Close fails the checkpoint. Called by the
+// coordinator's writer goroutine of an ack, for each subtask's keyed state
+// (Snapshot.WriteTo).
 //
-// When base is not a completed checkpoint of the store, has no part of
-// that name, or has been deleted by retention, CreateDelta fails with
-// ErrDeltaBase and the name stays free: write the part whole (Create).
-// From a successful CreateDelta on, retention keeps base and the
+// With base 0 the part is whole. Otherwise it is a delta on the part of
+// the same name of completed checkpoint base, older than this one: the
+// blob holds what changed since that part (which may be a delta itself),
+// and reads of the part (Checkpoint.Get, a savepoint) merge its chain into
+// the whole part. When base is not a completed checkpoint of the store,
+// has no part of that name, or has been deleted by retention, Create fails
+// with ErrDeltaBase and the name stays free: write the part whole (base
+// 0). From a successful Create of a delta on, retention keeps base and the
 // checkpoints of its chain: while this checkpoint is pending, and once it
 // is complete, as long as retention keeps this one. Complete checks again
 // that every base is complete.
-func (p *PendingCheckpoint) CreateDelta(part string, base int64) (*PartWriter, error) {
+func (p *Pending) Create(part string, base int64) (PartWriter, error) {
+	if base == 0 {
+		w, err := p.create(part, 0)
+		if err != nil {
+			return nil, fmt.Errorf("create part %q of checkpoint %d: %w", part, p.id, err)
+		}
+		return w, nil
+	}
 	wrap := func(err error) error {
 		return fmt.Errorf("create part %q of checkpoint %d as a delta on checkpoint %d: %w", part, p.id, base, err)
 	}
-	if base <= 0 || base >= p.id {
+	if base < 0 || base >= p.id {
 		return nil, wrap(fmt.Errorf("%w: not an older checkpoint", ErrDeltaBase))
 	}
 	if err := p.s.pinBase(base, part); err != nil {
@@ -159,7 +168,7 @@ func (p *PendingCheckpoint) CreateDelta(part string, base int64) (*PartWriter, e
 // that base is a completed checkpoint with such a part (ErrDeltaBase).
 // Retention holds pinMu from its choice of victims to their deletion, so
 // a base found here is not being deleted, and the pin keeps it.
-func (s *CheckpointStore) pinBase(base int64, part string) error {
+func (s *Store) pinBase(base int64, part string) error {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
 	err := s.view(func(tx *bolt.Tx) error {
@@ -187,7 +196,7 @@ func (s *CheckpointStore) pinBase(base int64, part string) error {
 // else a delta on that checkpoint's part, pinned by the caller (the
 // checkpoint releases the pin when it completes or fails; create releases
 // it when the part is not admitted).
-func (p *PendingCheckpoint) create(part string, base int64) (*PartWriter, error) {
+func (p *Pending) create(part string, base int64) (*partFile, error) {
 	var file string
 	if err := p.admit(part, func() {
 		p.nfiles++
@@ -203,7 +212,7 @@ func (p *PendingCheckpoint) create(part string, base int64) (*PartWriter, error)
 		return nil, err
 	}
 
-	w := &PartWriter{p: p, name: part, base: base, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
+	w := &partFile{p: p, name: part, base: base, file: file, path: filepath.Join(ckptFilesDir(p.s.partsDir, p.id), file)}
 	err := os.MkdirAll(filepath.Dir(w.path), 0o755)
 	if err == nil {
 		err = p.s.faults.File(OpPartCreate, w.path)
@@ -233,9 +242,9 @@ func openPartFile(path string) (f *os.File, direct bool, err error) {
 }
 
 // Write appends b to the part's blob and adds it to the part's CRC-32C.
-func (w *PartWriter) Write(b []byte) (int, error) {
+func (w *partFile) Write(b []byte) (int, error) {
 	if w.done {
-		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrCheckpointFinished)
+		return 0, fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, ErrFinished)
 	}
 	if err := w.check(); err != nil {
 		return 0, err
@@ -258,15 +267,15 @@ func (w *PartWriter) Write(b []byte) (int, error) {
 // the next blob instead of writing the rest for nothing: the checkpoint
 // is given up fast even when it is being given up for being slow (its
 // timeout), or for a newer one that completed first.
-func (w *PartWriter) check() error {
+func (w *partFile) check() error {
 	if w.err == nil && w.p.aborted.Load() {
-		w.err = fmt.Errorf("write part %q of checkpoint %d: %w: it was aborted", w.name, w.p.id, ErrCheckpointFinished)
+		w.err = fmt.Errorf("write part %q of checkpoint %d: %w: it was aborted", w.name, w.p.id, ErrFinished)
 	}
 	return w.err
 }
 
 // fail records the first failed write; every later Write returns it.
-func (w *PartWriter) fail(err error) error {
+func (w *partFile) fail(err error) error {
 	w.err = fmt.Errorf("write part %q of checkpoint %d: %w", w.name, w.p.id, err)
 	return w.err
 }
@@ -274,7 +283,7 @@ func (w *PartWriter) fail(err error) error {
 // Close appends the checksum, fsyncs the file and records the part; once
 // it returns nil the part is durable (Complete makes it visible). After a
 // failed Write, Close returns that error and fails the checkpoint.
-func (w *PartWriter) Close() error {
+func (w *partFile) Close() error {
 	if w.done {
 		return nil
 	}
@@ -290,7 +299,7 @@ func (w *PartWriter) Close() error {
 }
 
 // buffer appends b to the buffer, writing it to the file whenever it fills.
-func (w *PartWriter) buffer(b []byte) error {
+func (w *partFile) buffer(b []byte) error {
 	for len(b) > 0 {
 		n := copy(w.buf[len(w.buf):cap(w.buf)], b)
 		w.buf, b = w.buf[:len(w.buf)+n], b[n:]
@@ -307,7 +316,7 @@ func (w *PartWriter) buffer(b []byte) error {
 // write writes a piece of the buffer. With direct I/O its length must be
 // a multiple of directIOAlign; a file system that refuses the write
 // (EINVAL) gets it again, and the rest of the file, without direct I/O.
-func (w *PartWriter) write(b []byte) error {
+func (w *partFile) write(b []byte) error {
 	_, err := writePartFile(w.f, w.direct, b)
 	if err != nil && w.direct && errors.Is(err, errInvalid) {
 		if cerr := clearDirectIO(w.f); cerr != nil {
@@ -323,7 +332,7 @@ func (w *PartWriter) write(b []byte) error {
 // I/O as some file systems do.
 var writePartFile = func(f *os.File, _ bool, b []byte) (int, error) { return f.Write(b) }
 
-func (w *PartWriter) flush() error {
+func (w *partFile) flush() error {
 	var trailer [partTrailer]byte
 	binary.BigEndian.PutUint32(trailer[:], w.crc)
 	if err := w.buffer(trailer[:]); err != nil {
@@ -359,7 +368,7 @@ func (w *PartWriter) flush() error {
 }
 
 // Abort gives the part up (an encoding failed): the checkpoint fails.
-func (w *PartWriter) Abort() {
+func (w *partFile) Abort() {
 	if !w.done {
 		w.finish(fmt.Errorf("part %q was aborted", w.name))
 	}
@@ -367,7 +376,7 @@ func (w *PartWriter) Abort() {
 
 // finish ends the writer: with err nil it records the part, else it fails
 // the checkpoint (whose deletion removes the file).
-func (w *PartWriter) finish(err error) {
+func (w *partFile) finish(err error) {
 	w.done = true
 	if w.f != nil {
 		_ = w.f.Close()
@@ -393,7 +402,7 @@ func (w *PartWriter) finish(err error) {
 // written (a torn write that lost bytes fails the checkpoint here, as an
 // inline part's does in Complete's transaction) and makes their directory
 // entries durable, before Complete references them.
-func (s *CheckpointStore) syncPartFiles(id int64, files map[string]string, parts []PartInfo) error {
+func (s *Store) syncPartFiles(id int64, files map[string]string, parts []PartInfo) error {
 	dir := ckptFilesDir(s.partsDir, id)
 	for _, pi := range parts {
 		file, ok := files[pi.Name]
@@ -405,7 +414,7 @@ func (s *CheckpointStore) syncPartFiles(id int64, files map[string]string, parts
 			return err
 		}
 		if st.Size() != pi.Size+partTrailer {
-			return fmt.Errorf("%w: part %q is not stored as written (a file of %d bytes, %d written)", ErrCheckpointCorrupt, pi.Name, st.Size(), pi.Size+partTrailer)
+			return fmt.Errorf("%w: part %q is not stored as written (a file of %d bytes, %d written)", ErrCorrupt, pi.Name, st.Size(), pi.Size+partTrailer)
 		}
 	}
 	if err := s.faults.File(OpPartSyncDir, dir); err != nil {
@@ -419,7 +428,7 @@ func (s *CheckpointStore) syncPartFiles(id int64, files map[string]string, parts
 
 // removePartFiles removes the part files of deleted checkpoints; a failure
 // is logged (retention removes the directory later).
-func (s *CheckpointStore) removePartFiles(ids []int64) {
+func (s *Store) removePartFiles(ids []int64) {
 	for _, id := range ids {
 		if err := os.RemoveAll(ckptFilesDir(s.partsDir, id)); err != nil {
 			s.log.Warn("could not remove a deleted checkpoint's part files; retrying after the next checkpoint",
@@ -430,7 +439,7 @@ func (s *CheckpointStore) removePartFiles(ids []int64) {
 
 // partFileDirs lists the checkpoint ids that have a part-file directory.
 // Entries that are not a checkpoint's directory are left alone.
-func (s *CheckpointStore) partFileDirs() ([]int64, error) {
+func (s *Store) partFileDirs() ([]int64, error) {
 	entries, err := os.ReadDir(s.partsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -459,14 +468,14 @@ func partLocation(cb *bolt.Bucket, partsDir string, id int64, name string) (valu
 	}
 	fb := cb.Bucket(bktFiles)
 	if fb == nil {
-		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, name)
+		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCorrupt, name)
 	}
 	ref := fb.Get([]byte(name))
 	if ref == nil {
-		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCheckpointCorrupt, name)
+		return nil, "", fmt.Errorf("%w: part %q is missing", ErrCorrupt, name)
 	}
 	if partsDir == "" {
-		return nil, "", fmt.Errorf("%w: part %q refers to a file, which a savepoint cannot have", ErrCheckpointCorrupt, name)
+		return nil, "", fmt.Errorf("%w: part %q refers to a file, which a savepoint cannot have", ErrCorrupt, name)
 	}
 	_, file, err := parseFileRef(ref)
 	if err != nil {
@@ -484,7 +493,7 @@ func readPart(view func(func(*bolt.Tx) error) error, partsDir string, id int64, 
 	err := view(func(tx *bolt.Tx) error {
 		cb := tx.Bucket(bktCheckpoints).Bucket(ckptKey(id))
 		if cb == nil {
-			return fmt.Errorf("%w: the checkpoint was deleted", ErrCheckpointCorrupt)
+			return fmt.Errorf("%w: the checkpoint was deleted", ErrCorrupt)
 		}
 		v, p, err := partLocation(cb, partsDir, id, pi.Name)
 		if err != nil || p != "" {
@@ -500,7 +509,7 @@ func readPart(view func(func(*bolt.Tx) error) error, partsDir string, id int64, 
 	}
 	v, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: the file of part %q is missing: %v", ErrCheckpointCorrupt, pi.Name, err)
+		return nil, fmt.Errorf("%w: the file of part %q is missing: %v", ErrCorrupt, pi.Name, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("part %q: %w", pi.Name, err)
@@ -522,13 +531,13 @@ func readChain(view func(func(*bolt.Tx) error) error, partsDir string, chain []p
 		}
 		blobs[i] = b
 	}
-	merged, err := mergeChain(blobs)
+	merged, err := statestore.MergeChain(blobs)
 	if err != nil {
 		ids := make([]int64, len(chain))
 		for i, link := range chain {
 			ids[i] = link.id
 		}
-		return nil, fmt.Errorf("%w: merge the chain of checkpoints %v: %w", ErrCheckpointCorrupt, ids, err)
+		return nil, fmt.Errorf("%w: merge the chain of checkpoints %v: %w", ErrCorrupt, ids, err)
 	}
 	return merged, nil
 }
@@ -538,7 +547,7 @@ func readChain(view func(func(*bolt.Tx) error) error, partsDir string, chain []p
 func verifyPartFile(path string, want PartInfo) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: the file of part %q is missing: %v", ErrCheckpointCorrupt, want.Name, err)
+		return fmt.Errorf("%w: the file of part %q is missing: %v", ErrCorrupt, want.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("part %q: %w", want.Name, err)
@@ -550,7 +559,7 @@ func verifyPartFile(path string, want PartInfo) error {
 	}
 	if st.Size() != want.Size+partTrailer {
 		return fmt.Errorf("%w: part %q: file of %d bytes, the metadata says %d bytes and a %d-byte checksum",
-			ErrCheckpointCorrupt, want.Name, st.Size(), want.Size, partTrailer)
+			ErrCorrupt, want.Name, st.Size(), want.Size, partTrailer)
 	}
 	// Read in 1 MiB pieces, not io.Copy's 32 KiB: a part of 1 GiB that is
 	// not in the page cache verified in a median 486 instead of 528 ms.
@@ -560,15 +569,15 @@ func verifyPartFile(path string, want PartInfo) error {
 	}
 	var trailer [partTrailer]byte
 	if _, err := io.ReadFull(f, trailer[:]); err != nil {
-		return fmt.Errorf("%w: part %q: %v", ErrCheckpointCorrupt, want.Name, err)
+		return fmt.Errorf("%w: part %q: %v", ErrCorrupt, want.Name, err)
 	}
 	got, stored := h.Sum32(), binary.BigEndian.Uint32(trailer[:])
 	if got != stored {
-		return fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCheckpointCorrupt, want.Name, got, stored)
+		return fmt.Errorf("%w: part %q: checksum %08x, stored %08x", ErrCorrupt, want.Name, got, stored)
 	}
 	if stored != want.CRC32C {
 		return fmt.Errorf("%w: part %q: %d bytes with checksum %08x, the metadata says %d bytes with %08x",
-			ErrCheckpointCorrupt, want.Name, want.Size, stored, want.Size, want.CRC32C)
+			ErrCorrupt, want.Name, want.Size, stored, want.Size, want.CRC32C)
 	}
 	return nil
 }

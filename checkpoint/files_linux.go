@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import "errors"
 
@@ -17,30 +17,30 @@ var (
 	// not silently start fresh.
 	ErrNoValidCheckpoint = errors.New("no valid checkpoint")
 
-	// ErrCheckpointCorrupt marks a checkpoint or savepoint that cannot be
+	// ErrCorrupt marks a checkpoint or savepoint that cannot be
 	// trusted: a CRC32-C mismatch, a missing or unlisted part, a size that
 	// differs from the metadata, undecodable metadata.
-	ErrCheckpointCorrupt = errors.New("corrupt checkpoint")
+	ErrCorrupt = errors.New("corrupt checkpoint")
 
-	// ErrCheckpointFormat marks a checkpoint file written by a newer format
+	// ErrFormat marks a checkpoint file written by a newer format
 	// version, or a file that is not an eddy checkpoint store or savepoint.
-	ErrCheckpointFormat = errors.New("unsupported checkpoint file format")
+	ErrFormat = errors.New("unsupported checkpoint file format")
 
 	// ErrStateDirLocked marks a checkpoint store that another process (or
-	// another CheckpointStore of this one) holds open.
+	// another Store of this one) holds open.
 	ErrStateDirLocked = errors.New("state dir locked")
 
-	// ErrCheckpointID marks a Begin with an id that is not positive, is being
+	// ErrID marks a Begin with an id that is not positive, is being
 	// written already, or is not greater than the newest completed checkpoint.
-	ErrCheckpointID = errors.New("invalid checkpoint id")
+	ErrID = errors.New("invalid checkpoint id")
 
-	// ErrCheckpointFinished marks a Put, SetCommittable or Complete on a
+	// ErrFinished marks a Put, SetCommittable or Complete on a
 	// pending checkpoint that was completed, aborted or failed already.
-	ErrCheckpointFinished = errors.New("pending checkpoint already finished")
+	ErrFinished = errors.New("pending checkpoint already finished")
 
-	// ErrCheckpointFailed marks a Complete of a pending checkpoint one of
+	// ErrFailed marks a Complete of a pending checkpoint one of
 	// whose writes failed; it wraps that first failure too. Abort it.
-	ErrCheckpointFailed = errors.New("checkpoint write failed")
+	ErrFailed = errors.New("checkpoint write failed")
 
 	// ErrDuplicatePart marks a second Put of the same part name.
 	ErrDuplicatePart = errors.New("part written twice")
@@ -52,13 +52,13 @@ var (
 	// blob too large for one bbolt value.
 	ErrInvalidPart = errors.New("invalid checkpoint part")
 
-	// ErrDeltaBase marks a CreateDelta whose base cannot carry a delta
+	// ErrDeltaBase marks a Create with a base whose base cannot carry a delta
 	// part: it is not a completed checkpoint of the store (or not older
 	// than the pending one), it has no part of that name, or retention has
 	// deleted it. The caller writes the part whole instead (Create). A
 	// Complete that finds a base gone fails with it too.
 	ErrDeltaBase = errors.New("no such base for a delta part")
 
-	// ErrStoreClosed marks use of a closed CheckpointStore or Checkpoint.
-	ErrStoreClosed = errors.New("checkpoint store closed")
+	// ErrClosed marks use of a closed Store or Checkpoint.
+	ErrClosed = errors.New("checkpoint store closed")
 )

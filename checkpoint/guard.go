@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 // Guard runs fn, which reads the checkpoint store of dir, turning a panic
 // or memory fault of bbolt on a file damaged beyond its checksums into an
-// error wrapping ErrCheckpointCorrupt: a damaged store is a failure to
+// error wrapping ErrCorrupt: a damaged store is a failure to
 // report, not a crash. Called by whoever opens or reads a store (a run
 // choosing its restore point, the commands that inspect a store), on the
 // goroutine that does the reading.
@@ -17,7 +17,7 @@ func Guard(dir string, fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s is damaged beyond its checksums (bbolt: %v); restore from a savepoint, or move the state dir away and start with eddy run --fresh",
-				ErrCheckpointCorrupt, filepath.Join(dir, CheckpointFileName), r)
+				ErrCorrupt, filepath.Join(dir, FileName), r)
 		}
 	}()
 	return fn()

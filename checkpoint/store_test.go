@@ -1,4 +1,4 @@
-package statestore_test
+package checkpoint_test
 
 import (
 	"bytes"
@@ -24,18 +24,18 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // logBuffer collects slog output from any goroutine.
-type logBuffer = statestore.LogBuffer
+type logBuffer = checkpoint.LogBuffer
 
-func openStore(t testing.TB, dir string, opts statestore.CheckpointStoreOptions) *statestore.CheckpointStore {
+func openStore(t testing.TB, dir string, opts checkpoint.Options) *checkpoint.Store {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s, err := statestore.OpenCheckpointStore(dir, opts)
+	s, err := checkpoint.Open(dir, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
@@ -59,9 +59,9 @@ func partSize(i int) int { return 100 + i*1500 }
 
 // writeCheckpoint writes checkpoint id with testParts, from one goroutine
 // per part.
-func writeCheckpoint(t testing.TB, s *statestore.CheckpointStore, id int64) {
+func writeCheckpoint(t testing.TB, s *checkpoint.Store, id int64) {
 	t.Helper()
-	p, err := s.Begin(id, statestore.CheckpointMeta{
+	p, err := s.Begin(id, checkpoint.Meta{
 		Pipeline:     "test",
 		FileHash:     "sha256:" + strconv.FormatInt(id, 16),
 		Committables: map[string][]byte{"sink/out/0": []byte("txn-" + strconv.FormatInt(id, 10))},
@@ -79,7 +79,7 @@ func writeCheckpoint(t testing.TB, s *statestore.CheckpointStore, id int64) {
 
 // requireCheckpoint checks that cp is checkpoint id as writeCheckpoint
 // wrote it.
-func requireCheckpoint(t testing.TB, cp *statestore.Checkpoint, id int64) {
+func requireCheckpoint(t testing.TB, cp *checkpoint.Checkpoint, id int64) {
 	t.Helper()
 	require.Equal(t, id, cp.ID())
 	require.Equal(t, "test", cp.Meta().Pipeline)
@@ -97,7 +97,7 @@ func requireCheckpoint(t testing.TB, cp *statestore.Checkpoint, id int64) {
 	}
 }
 
-func latestID(t testing.TB, s *statestore.CheckpointStore) int64 {
+func latestID(t testing.TB, s *checkpoint.Store) int64 {
 	t.Helper()
 	cp, err := s.Latest(context.Background())
 	require.NoError(t, err)
@@ -108,18 +108,18 @@ func latestID(t testing.TB, s *statestore.CheckpointStore) int64 {
 
 // listIDs lists the store's completed and incomplete checkpoints, newest
 // first.
-var listIDs = statestore.ListIDs
+var listIDs = checkpoint.ListIDs
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+	s := openStore(t, dir, checkpoint.Options{})
 	require.Equal(t, filepath.Join(dir, "checkpoints.db"), s.Path())
 
 	_, err := s.Latest(context.Background())
-	require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+	require.ErrorIs(t, err, checkpoint.ErrNoCheckpoint)
 
 	trigger := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()
-	p, err := s.Begin(1, statestore.CheckpointMeta{
+	p, err := s.Begin(1, checkpoint.Meta{
 		Pipeline:     "sensor-stats",
 		FileHash:     "sha256:abc",
 		Time:         trigger,
@@ -155,15 +155,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	require.Equal(t, 33, infos[0].Parts)
 	require.Equal(t, trigger, infos[0].Time.UTC())
 	_, err = s.Latest(context.Background())
-	require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+	require.ErrorIs(t, err, checkpoint.ErrNoCheckpoint)
 
 	require.NoError(t, p.Complete(context.Background()))
-	require.ErrorIs(t, p.Put("late", nil), statestore.ErrCheckpointFinished)
-	require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFinished)
-	require.ErrorIs(t, p.SetCommittable("x", nil), statestore.ErrCheckpointFinished)
+	require.ErrorIs(t, p.Put("late", nil), checkpoint.ErrFinished)
+	require.ErrorIs(t, p.Complete(context.Background()), checkpoint.ErrFinished)
+	require.ErrorIs(t, p.SetCommittable("x", nil), checkpoint.ErrFinished)
 	require.NoError(t, p.Abort(), "abort after complete is a no-op")
 
-	check := func(s *statestore.CheckpointStore) {
+	check := func(s *checkpoint.Store) {
 		cp, err := s.Latest(context.Background())
 		require.NoError(t, err)
 		defer cp.Close()
@@ -188,7 +188,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			require.Equal(t, blob, got, part)
 		}
 		_, err = cp.Get("op/nope")
-		require.ErrorIs(t, err, statestore.ErrPartNotFound)
+		require.ErrorIs(t, err, checkpoint.ErrPartNotFound)
 
 		var got []string
 		for part, blob := range cp.Prefix("op/step2/") {
@@ -206,17 +206,17 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 		infos, err := s.List()
 		require.NoError(t, err)
-		require.Equal(t, []statestore.CheckpointInfo{{ID: 1, Time: infos[0].Time, Pipeline: "sensor-stats", Size: size, Parts: 33, Complete: true}}, infos)
+		require.Equal(t, []checkpoint.Info{{ID: 1, Time: infos[0].Time, Pipeline: "sensor-stats", Size: size, Parts: 33, Complete: true}}, infos)
 	}
 	check(s)
 	require.NoError(t, s.Close(context.Background()))
 	require.NoError(t, s.Close(context.Background()), "second Close")
-	check(openStore(t, dir, statestore.CheckpointStoreOptions{}))
+	check(openStore(t, dir, checkpoint.Options{}))
 }
 
 func TestCheckpointWithoutParts(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(7, statestore.CheckpointMeta{Pipeline: "p"})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
+	p, err := s.Begin(7, checkpoint.Meta{Pipeline: "p"})
 	require.NoError(t, err)
 	require.NoError(t, p.Complete(context.Background()))
 	cp, err := s.Latest(context.Background())
@@ -228,33 +228,33 @@ func TestCheckpointWithoutParts(t *testing.T) {
 }
 
 func TestCheckpointBeginAndPutErrors(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-	_, err := s.Begin(0, statestore.CheckpointMeta{})
-	require.ErrorIs(t, err, statestore.ErrCheckpointID)
-	_, err = s.Begin(-3, statestore.CheckpointMeta{})
-	require.ErrorIs(t, err, statestore.ErrCheckpointID)
-	_, err = s.Begin(1, statestore.CheckpointMeta{Committables: map[string][]byte{"big": make([]byte, statestore.MaxCommittablesSize)}})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
+	_, err := s.Begin(0, checkpoint.Meta{})
+	require.ErrorIs(t, err, checkpoint.ErrID)
+	_, err = s.Begin(-3, checkpoint.Meta{})
+	require.ErrorIs(t, err, checkpoint.ErrID)
+	_, err = s.Begin(1, checkpoint.Meta{Committables: map[string][]byte{"big": make([]byte, checkpoint.MaxCommittablesSize)}})
 	require.ErrorContains(t, err, "committables")
 
 	writeCheckpoint(t, s, 5)
 	for _, id := range []int64{5, 3} {
-		_, err = s.Begin(id, statestore.CheckpointMeta{})
-		require.ErrorIs(t, err, statestore.ErrCheckpointID, "id %d", id)
+		_, err = s.Begin(id, checkpoint.Meta{})
+		require.ErrorIs(t, err, checkpoint.ErrID, "id %d", id)
 	}
-	p, err := s.Begin(6, statestore.CheckpointMeta{})
+	p, err := s.Begin(6, checkpoint.Meta{})
 	require.NoError(t, err)
-	_, err = s.Begin(6, statestore.CheckpointMeta{})
-	require.ErrorIs(t, err, statestore.ErrCheckpointID)
+	_, err = s.Begin(6, checkpoint.Meta{})
+	require.ErrorIs(t, err, checkpoint.ErrID)
 
-	require.ErrorIs(t, p.Put("", []byte("x")), statestore.ErrInvalidPart)
-	require.ErrorIs(t, p.Put(strings.Repeat("x", statestore.MaxPartNameLen+1), []byte("x")), statestore.ErrInvalidPart)
+	require.ErrorIs(t, p.Put("", []byte("x")), checkpoint.ErrInvalidPart)
+	require.ErrorIs(t, p.Put(strings.Repeat("x", checkpoint.MaxPartNameLen+1), []byte("x")), checkpoint.ErrInvalidPart)
 	require.NoError(t, p.Put("a", []byte("x")))
-	require.ErrorIs(t, p.Put("a", []byte("y")), statestore.ErrDuplicatePart)
-	require.ErrorContains(t, p.SetCommittable("big", make([]byte, statestore.MaxCommittablesSize)), "committables")
+	require.ErrorIs(t, p.Put("a", []byte("y")), checkpoint.ErrDuplicatePart)
+	require.ErrorContains(t, p.SetCommittable("big", make([]byte, checkpoint.MaxCommittablesSize)), "committables")
 	require.NoError(t, p.Abort())
 	require.NoError(t, p.Abort(), "second Abort")
-	require.ErrorIs(t, p.Put("b", nil), statestore.ErrCheckpointFinished)
-	require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFinished)
+	require.ErrorIs(t, p.Put("b", nil), checkpoint.ErrFinished)
+	require.ErrorIs(t, p.Complete(context.Background()), checkpoint.ErrFinished)
 
 	// An aborted id may be begun again.
 	writeCheckpoint(t, s, 6)
@@ -262,9 +262,9 @@ func TestCheckpointBeginAndPutErrors(t *testing.T) {
 }
 
 func TestCheckpointAbortDeletesData(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
 	writeCheckpoint(t, s, 1)
-	p, err := s.Begin(2, statestore.CheckpointMeta{})
+	p, err := s.Begin(2, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.NoError(t, p.Put("op/a/0", make([]byte, 100_000)))
 	complete, incomplete := listIDs(t, s)
@@ -279,7 +279,7 @@ func TestCheckpointAbortDeletesData(t *testing.T) {
 
 func TestCheckpointRetention(t *testing.T) {
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 2, Logger: logs.Logger()})
+	s := openStore(t, t.TempDir(), checkpoint.Options{Retain: 2, Logger: logs.Logger()})
 	for id := int64(1); id <= 5; id++ {
 		writeCheckpoint(t, s, id)
 	}
@@ -299,11 +299,11 @@ func TestCheckpointRetention(t *testing.T) {
 	require.NoError(t, cp.Close())
 	require.NoError(t, cp.Close(), "second Close")
 	_, err = cp.Get(testParts[0])
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
 
 	// Concurrent checkpoints: completing 9 leaves 8, still being written,
 	// alone; 8 may complete after 9.
-	p8, err := s.Begin(8, statestore.CheckpointMeta{})
+	p8, err := s.Begin(8, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.NoError(t, p8.Put("op/a/0", []byte("eight")))
 	writeCheckpoint(t, s, 9)
@@ -325,36 +325,36 @@ var errInjected = errors.New("injected fsync failure")
 func TestCheckpointWriteFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		faults statestore.CheckpointFaultFuncs
+		faults checkpoint.FaultFuncs
 		// putErr, completeErr: what Put of "op/agg/1" and Complete wrap.
 		putErr, completeErr []error
 	}{
 		{
 			name: "full disk on put",
-			faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+			faults: checkpoint.FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 				if id == 2 && part == "op/agg/1" {
 					return nil, syscall.ENOSPC
 				}
 				return blob, nil
 			}},
 			putErr:      []error{syscall.ENOSPC},
-			completeErr: []error{statestore.ErrCheckpointFailed, syscall.ENOSPC},
+			completeErr: []error{checkpoint.ErrFailed, syscall.ENOSPC},
 		},
 		{
 			name: "failed fsync of a put",
-			faults: statestore.CheckpointFaultFuncs{CommitFunc: func(op statestore.CheckpointOp, id int64, part string) error {
-				if op == statestore.OpPut && id == 2 && part == "op/agg/1" {
+			faults: checkpoint.FaultFuncs{CommitFunc: func(op checkpoint.Op, id int64, part string) error {
+				if op == checkpoint.OpPut && id == 2 && part == "op/agg/1" {
 					return errInjected
 				}
 				return nil
 			}},
 			putErr:      []error{errInjected},
-			completeErr: []error{statestore.ErrCheckpointFailed, errInjected},
+			completeErr: []error{checkpoint.ErrFailed, errInjected},
 		},
 		{
 			name: "failed fsync of the completion",
-			faults: statestore.CheckpointFaultFuncs{CommitFunc: func(op statestore.CheckpointOp, id int64, _ string) error {
-				if op == statestore.OpComplete && id == 2 {
+			faults: checkpoint.FaultFuncs{CommitFunc: func(op checkpoint.Op, id int64, _ string) error {
+				if op == checkpoint.OpComplete && id == 2 {
 					return errInjected
 				}
 				return nil
@@ -363,21 +363,21 @@ func TestCheckpointWriteFaults(t *testing.T) {
 		},
 		{
 			name: "torn write that loses bytes",
-			faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+			faults: checkpoint.FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 				if id == 2 && part == "op/agg/1" {
 					return blob[:len(blob)/2], nil
 				}
 				return blob, nil
 			}},
-			completeErr: []error{statestore.ErrCheckpointCorrupt},
+			completeErr: []error{checkpoint.ErrCorrupt},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openStore(t, dir, statestore.CheckpointStoreOptions{Faults: tc.faults})
+			s := openStore(t, dir, checkpoint.Options{Faults: tc.faults})
 			writeCheckpoint(t, s, 1)
 
-			p, err := s.Begin(2, statestore.CheckpointMeta{Pipeline: "test"})
+			p, err := s.Begin(2, checkpoint.Meta{Pipeline: "test"})
 			require.NoError(t, err)
 			for i, part := range testParts {
 				err := p.Put(part, partBlob(2, part, partSize(i)))
@@ -387,7 +387,7 @@ func TestCheckpointWriteFaults(t *testing.T) {
 					}
 					require.ErrorContains(t, err, `put part "op/agg/1" of checkpoint 2`)
 					// The checkpoint failed: no more parts.
-					require.ErrorIs(t, p.Put("extra", nil), statestore.ErrCheckpointFailed)
+					require.ErrorIs(t, p.Put("extra", nil), checkpoint.ErrFailed)
 					break
 				}
 				require.NoError(t, err, part)
@@ -408,7 +408,7 @@ func TestCheckpointWriteFaults(t *testing.T) {
 			require.Empty(t, incomplete)
 
 			require.NoError(t, s.Close(context.Background()))
-			s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+			s = openStore(t, dir, checkpoint.Options{})
 			require.Equal(t, int64(1), latestID(t, s))
 			writeCheckpoint(t, s, 2) // the id was not used up
 			require.Equal(t, int64(2), latestID(t, s))
@@ -420,7 +420,7 @@ func TestCheckpointWriteFaults(t *testing.T) {
 // bytes) is invisible to Complete, but Latest detects it and falls back.
 func TestCheckpointTornWriteHook(t *testing.T) {
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Logger: logs.Logger(), Faults: statestore.CheckpointFaultFuncs{
+	s := openStore(t, t.TempDir(), checkpoint.Options{Logger: logs.Logger(), Faults: checkpoint.FaultFuncs{
 		BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 			if id == 2 && part == "src/in/0" {
 				torn := slices.Clone(blob)
@@ -444,17 +444,17 @@ func TestCheckpointTornWriteHook(t *testing.T) {
 func TestCheckpointGroupCommitFailure(t *testing.T) {
 	var fail sync.Mutex
 	failing := true
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Faults: statestore.CheckpointFaultFuncs{
-		CommitFunc: func(op statestore.CheckpointOp, id int64, _ string) error {
+	s := openStore(t, t.TempDir(), checkpoint.Options{Faults: checkpoint.FaultFuncs{
+		CommitFunc: func(op checkpoint.Op, id int64, _ string) error {
 			fail.Lock()
 			defer fail.Unlock()
-			if op == statestore.OpPut && id == 1 && failing {
+			if op == checkpoint.OpPut && id == 1 && failing {
 				return errInjected
 			}
 			return nil
 		},
 	}})
-	p, err := s.Begin(1, statestore.CheckpointMeta{})
+	p, err := s.Begin(1, checkpoint.Meta{})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -474,10 +474,10 @@ func TestCheckpointGroupCommitFailure(t *testing.T) {
 
 func TestCheckpointRetentionAndAbortFaults(t *testing.T) {
 	var mu sync.Mutex
-	failOp := statestore.CheckpointOp("")
+	failOp := checkpoint.Op("")
 	logs := &logBuffer{}
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{Retain: 1, Logger: logs.Logger(), Faults: statestore.CheckpointFaultFuncs{
-		CommitFunc: func(op statestore.CheckpointOp, _ int64, _ string) error {
+	s := openStore(t, t.TempDir(), checkpoint.Options{Retain: 1, Logger: logs.Logger(), Faults: checkpoint.FaultFuncs{
+		CommitFunc: func(op checkpoint.Op, _ int64, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if op == failOp {
@@ -486,7 +486,7 @@ func TestCheckpointRetentionAndAbortFaults(t *testing.T) {
 			return nil
 		},
 	}})
-	setFail := func(op statestore.CheckpointOp) {
+	setFail := func(op checkpoint.Op) {
 		mu.Lock()
 		failOp = op
 		mu.Unlock()
@@ -495,7 +495,7 @@ func TestCheckpointRetentionAndAbortFaults(t *testing.T) {
 
 	// Failed retention: Complete succeeds (the checkpoint is complete), the
 	// failure is logged, and the next retention catches up.
-	setFail(statestore.OpRetain)
+	setFail(checkpoint.OpRetain)
 	writeCheckpoint(t, s, 2)
 	complete, _ := listIDs(t, s)
 	require.Equal(t, []int64{2, 1}, complete)
@@ -504,8 +504,8 @@ func TestCheckpointRetentionAndAbortFaults(t *testing.T) {
 	require.Equal(t, int64(2), latestID(t, s))
 
 	// Failed abort: the data stays until the next retention.
-	setFail(statestore.OpAbort)
-	p, err := s.Begin(3, statestore.CheckpointMeta{})
+	setFail(checkpoint.OpAbort)
+	p, err := s.Begin(3, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.NoError(t, p.Put("op/a/0", []byte("three")))
 	require.ErrorIs(t, p.Abort(), errInjected)
@@ -596,7 +596,7 @@ func TestCheckpointCorruptionFallback(t *testing.T) {
 	for _, c := range corruptions {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+			s := openStore(t, dir, checkpoint.Options{})
 			for id := int64(1); id <= 3; id++ {
 				writeCheckpoint(t, s, id)
 			}
@@ -604,7 +604,7 @@ func TestCheckpointCorruptionFallback(t *testing.T) {
 			damage(t, s.Path(), func(tx *bolt.Tx) error { c.apply(t, tx, 3); return nil })
 
 			logs := &logBuffer{}
-			s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+			s = openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 			require.Equal(t, int64(2), latestID(t, s))
 			out := logs.String()
 			require.Contains(t, out, "level=WARN")
@@ -615,7 +615,7 @@ func TestCheckpointCorruptionFallback(t *testing.T) {
 
 			// Read by id, checkpoint 3 fails without fallback.
 			_, err := s.Checkpoint(context.Background(), 3)
-			require.ErrorIs(t, err, statestore.ErrCheckpointCorrupt)
+			require.ErrorIs(t, err, checkpoint.ErrCorrupt)
 			require.ErrorContains(t, err, c.reason)
 			// List does not verify: it still shows checkpoint 3 complete.
 			complete, _ := listIDs(t, s)
@@ -626,7 +626,7 @@ func TestCheckpointCorruptionFallback(t *testing.T) {
 
 func TestCheckpointNoValidCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+	s := openStore(t, dir, checkpoint.Options{})
 	for id := int64(1); id <= 3; id++ {
 		writeCheckpoint(t, s, id)
 	}
@@ -637,18 +637,18 @@ func TestCheckpointNoValidCheckpoint(t *testing.T) {
 		return nil
 	})
 	logs := &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+	s = openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 	require.Equal(t, int64(1), latestID(t, s))
 	require.Equal(t, 2, strings.Count(logs.String(), "level=WARN"))
 	require.NoError(t, s.Close(context.Background()))
 
 	damage(t, s.Path(), func(tx *bolt.Tx) error { corruptions[6].apply(t, tx, 1); return nil })
 	logs = &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+	s = openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 	_, err := s.Latest(context.Background())
-	require.ErrorIs(t, err, statestore.ErrNoValidCheckpoint)
-	require.ErrorIs(t, err, statestore.ErrCheckpointCorrupt)
-	require.NotErrorIs(t, err, statestore.ErrNoCheckpoint)
+	require.ErrorIs(t, err, checkpoint.ErrNoValidCheckpoint)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt)
+	require.NotErrorIs(t, err, checkpoint.ErrNoCheckpoint)
 	require.ErrorContains(t, err, "tried 3 completed checkpoint(s) [3 2 1]")
 	require.ErrorContains(t, err, "checkpoint 3: ")
 	require.ErrorContains(t, err, "checkpoint 1: metadata")
@@ -659,7 +659,7 @@ func TestCheckpointNoValidCheckpoint(t *testing.T) {
 // (not through bbolt), as a torn sector would.
 func TestCheckpointFileByteFlip(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+	s := openStore(t, dir, checkpoint.Options{})
 	writeCheckpoint(t, s, 1)
 	writeCheckpoint(t, s, 2)
 	require.NoError(t, s.Close(context.Background()))
@@ -687,7 +687,7 @@ func TestCheckpointFileByteFlip(t *testing.T) {
 	require.NoError(t, f.Close())
 
 	logs := &logBuffer{}
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+	s = openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 	require.Equal(t, int64(1), latestID(t, s))
 	require.Contains(t, logs.String(), "checkpoint=2")
 	require.Contains(t, logs.String(), `part \"op/agg/2\": checksum`)
@@ -695,44 +695,44 @@ func TestCheckpointFileByteFlip(t *testing.T) {
 
 func TestCheckpointStoreLocked(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-	_, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{LockTimeout: 100 * time.Millisecond})
-	require.ErrorIs(t, err, statestore.ErrStateDirLocked)
+	s := openStore(t, dir, checkpoint.Options{})
+	_, err := checkpoint.Open(dir, checkpoint.Options{LockTimeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, checkpoint.ErrStateDirLocked)
 	require.ErrorContains(t, err, "state dir "+dir+" is in use by another eddy (pid "+strconv.Itoa(os.Getpid())+" on ")
 	require.NoError(t, s.Close(context.Background()))
-	openStore(t, dir, statestore.CheckpointStoreOptions{LockTimeout: 100 * time.Millisecond})
+	openStore(t, dir, checkpoint.Options{LockTimeout: 100 * time.Millisecond})
 }
 
 func TestCheckpointStoreClosed(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
 	writeCheckpoint(t, s, 1)
 	cp, err := s.Latest(context.Background())
 	require.NoError(t, err)
-	p, err := s.Begin(2, statestore.CheckpointMeta{})
+	p, err := s.Begin(2, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.NoError(t, s.Close(context.Background()))
 
-	_, err = s.Begin(3, statestore.CheckpointMeta{})
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
-	require.ErrorIs(t, p.Put("a", nil), statestore.ErrStoreClosed)
+	_, err = s.Begin(3, checkpoint.Meta{})
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
+	require.ErrorIs(t, p.Put("a", nil), checkpoint.ErrClosed)
 	_, err = s.List()
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
 	_, err = s.Latest(context.Background())
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
 	_, err = cp.Get(testParts[0])
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
 	for part := range cp.Prefix("") {
 		t.Fatalf("unexpected part %q", part)
 	}
-	require.ErrorIs(t, cp.Err(), statestore.ErrStoreClosed, "what stopped Prefix")
-	require.ErrorIs(t, s.ExportSavepoint(1, filepath.Join(t.TempDir(), "sp")), statestore.ErrStoreClosed)
+	require.ErrorIs(t, cp.Err(), checkpoint.ErrClosed, "what stopped Prefix")
+	require.ErrorIs(t, s.ExportSavepoint(1, filepath.Join(t.TempDir(), "sp")), checkpoint.ErrClosed)
 }
 
 // TestCheckpointNewerFormat: a store whose format record has a newer
 // version (with a valid checksum) is refused, not misread.
 func TestCheckpointNewerFormat(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+	s := openStore(t, dir, checkpoint.Options{})
 	writeCheckpoint(t, s, 1)
 	require.NoError(t, s.Close(context.Background()))
 	damage(t, s.Path(), func(tx *bolt.Tx) error {
@@ -744,19 +744,19 @@ func TestCheckpointNewerFormat(t *testing.T) {
 		binary.BigEndian.PutUint32(rec[n:], crc32.Checksum(rec[:n], crc32.MakeTable(crc32.Castagnoli)))
 		return b.Put([]byte("format"), rec)
 	})
-	_, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{})
-	require.ErrorIs(t, err, statestore.ErrCheckpointFormat)
+	_, err := checkpoint.Open(dir, checkpoint.Options{})
+	require.ErrorIs(t, err, checkpoint.ErrFormat)
 	require.ErrorContains(t, err, "version 4 (this build reads 3)")
 }
 
 func TestCheckpointLatestCanceled(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
 	writeCheckpoint(t, s, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Latest(ctx)
 	require.ErrorIs(t, err, context.Canceled)
-	p, err := s.Begin(2, statestore.CheckpointMeta{})
+	p, err := s.Begin(2, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Complete(ctx), context.Canceled)
 	require.NoError(t, p.Abort())
@@ -764,7 +764,7 @@ func TestCheckpointLatestCanceled(t *testing.T) {
 }
 
 func TestSavepoint(t *testing.T) {
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
 	for id := int64(1); id <= 3; id++ {
 		writeCheckpoint(t, s, id)
 	}
@@ -774,42 +774,42 @@ func TestSavepoint(t *testing.T) {
 	_, err := os.Stat(path + ".tmp")
 	require.ErrorIs(t, err, fs.ErrNotExist)
 
-	sp, err := statestore.OpenSavepoint(path)
+	sp, err := checkpoint.OpenSavepoint(path)
 	require.NoError(t, err)
 	requireCheckpoint(t, sp, 2)
 	require.NoError(t, sp.Close())
 	_, err = sp.Get(testParts[0])
-	require.ErrorIs(t, err, statestore.ErrStoreClosed)
+	require.ErrorIs(t, err, checkpoint.ErrClosed)
 
 	// The savepoint is independent of the store.
 	require.NoError(t, s.Close(context.Background()))
-	sp, err = statestore.OpenSavepoint(path)
+	sp, err = checkpoint.OpenSavepoint(path)
 	require.NoError(t, err)
 	requireCheckpoint(t, sp, 2)
 	// Read-only opens may share the file.
-	sp2, err := statestore.OpenSavepoint(path)
+	sp2, err := checkpoint.OpenSavepoint(path)
 	require.NoError(t, err)
 	require.NoError(t, sp2.Close())
 	require.NoError(t, sp.Close())
 
-	_, err = statestore.OpenSavepoint(filepath.Join(out, "nope"))
+	_, err = checkpoint.OpenSavepoint(filepath.Join(out, "nope"))
 	require.ErrorIs(t, err, fs.ErrNotExist)
-	_, err = statestore.OpenSavepoint(s.Path())
-	require.ErrorIs(t, err, statestore.ErrCheckpointFormat, "a store is not a savepoint")
+	_, err = checkpoint.OpenSavepoint(s.Path())
+	require.ErrorIs(t, err, checkpoint.ErrFormat, "a store is not a savepoint")
 
 	// A damaged savepoint does not open.
 	damage(t, path, func(tx *bolt.Tx) error { corruptions[0].apply(t, tx, 2); return nil })
-	_, err = statestore.OpenSavepoint(path)
-	require.ErrorIs(t, err, statestore.ErrCheckpointCorrupt)
+	_, err = checkpoint.OpenSavepoint(path)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt)
 	require.ErrorContains(t, err, "open savepoint "+path)
 }
 
 func TestSavepointExportErrors(t *testing.T) {
 	var mu sync.Mutex
-	var failFile, failCommit statestore.CheckpointOp
+	var failFile, failCommit checkpoint.Op
 	dir := t.TempDir()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{Faults: statestore.CheckpointFaultFuncs{
-		FileFunc: func(op statestore.CheckpointOp, _ string) error {
+	s := openStore(t, dir, checkpoint.Options{Faults: checkpoint.FaultFuncs{
+		FileFunc: func(op checkpoint.Op, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if op == failFile {
@@ -817,7 +817,7 @@ func TestSavepointExportErrors(t *testing.T) {
 			}
 			return nil
 		},
-		CommitFunc: func(op statestore.CheckpointOp, _ int64, _ string) error {
+		CommitFunc: func(op checkpoint.Op, _ int64, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if op == failCommit {
@@ -831,18 +831,18 @@ func TestSavepointExportErrors(t *testing.T) {
 	out := t.TempDir()
 	path := filepath.Join(out, "sp")
 
-	require.ErrorIs(t, s.ExportSavepoint(9, path), statestore.ErrNoCheckpoint)
-	p, err := s.Begin(3, statestore.CheckpointMeta{})
+	require.ErrorIs(t, s.ExportSavepoint(9, path), checkpoint.ErrNoCheckpoint)
+	p, err := s.Begin(3, checkpoint.Meta{})
 	require.NoError(t, err)
 	require.NoError(t, p.Put("a", []byte("x")))
-	require.ErrorIs(t, s.ExportSavepoint(3, path), statestore.ErrNoCheckpoint, "incomplete")
+	require.ErrorIs(t, s.ExportSavepoint(3, path), checkpoint.ErrNoCheckpoint, "incomplete")
 	require.NoError(t, p.Abort())
 
-	for _, tc := range []struct{ file, commit statestore.CheckpointOp }{
-		{file: statestore.OpSavepointCreate},
-		{commit: statestore.OpExport},
-		{file: statestore.OpSavepointSync},
-		{file: statestore.OpSavepointRename},
+	for _, tc := range []struct{ file, commit checkpoint.Op }{
+		{file: checkpoint.OpSavepointCreate},
+		{commit: checkpoint.OpExport},
+		{file: checkpoint.OpSavepointSync},
+		{file: checkpoint.OpSavepointRename},
 	} {
 		mu.Lock()
 		failFile, failCommit = tc.file, tc.commit
@@ -856,7 +856,7 @@ func TestSavepointExportErrors(t *testing.T) {
 	// A failed fsync of the directory comes after the rename: the file is
 	// complete, only its durability is in doubt, and the error says so.
 	mu.Lock()
-	failFile, failCommit = statestore.OpSavepointSyncDir, ""
+	failFile, failCommit = checkpoint.OpSavepointSyncDir, ""
 	mu.Unlock()
 	require.ErrorIs(t, s.ExportSavepoint(2, path), errInjected)
 	require.NoError(t, os.Remove(path))
@@ -866,7 +866,7 @@ func TestSavepointExportErrors(t *testing.T) {
 	mu.Unlock()
 	require.NoError(t, s.ExportSavepoint(2, path))
 	require.ErrorIs(t, s.ExportSavepoint(1, path), fs.ErrExist, "no overwrite")
-	sp, err := statestore.OpenSavepoint(path)
+	sp, err := checkpoint.OpenSavepoint(path)
 	require.NoError(t, err)
 	requireCheckpoint(t, sp, 2)
 	require.NoError(t, sp.Close())
@@ -874,77 +874,9 @@ func TestSavepointExportErrors(t *testing.T) {
 	// A corrupt checkpoint is not exported.
 	require.NoError(t, s.Close(context.Background()))
 	damage(t, s.Path(), func(tx *bolt.Tx) error { corruptions[0].apply(t, tx, 1); return nil })
-	s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+	s = openStore(t, dir, checkpoint.Options{})
 	err = s.ExportSavepoint(1, filepath.Join(out, "sp1"))
-	require.ErrorIs(t, err, statestore.ErrCheckpointCorrupt)
+	require.ErrorIs(t, err, checkpoint.ErrCorrupt)
 	_, err = os.Stat(filepath.Join(out, "sp1"))
 	require.ErrorIs(t, err, fs.ErrNotExist)
-}
-
-// TestCheckpointKeyedState stores the snapshots of 3 subtasks' backends,
-// one part per key group, and restores them at parallelism 2 from the
-// newest checkpoint, as the runtime will.
-func TestCheckpointKeyedState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, o *opener) {
-		s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-		src := make([]statestore.Backend, 3)
-		fixtures := make([]*fixture, 3)
-		for sub := range src {
-			src[sub] = o.subtask(sub, 3)
-			fixtures[sub] = registerAll(t, src[sub])
-		}
-		for i, k := range keys(500) {
-			sub := 0
-			for sub < 2 {
-				if _, end := keyGroupRange(sub, 3, o.maxPar); o.keyGroup(k) < end {
-					break
-				}
-				sub++
-			}
-			fixtures[sub].fill(k, i)
-		}
-		want := map[string]string{}
-		for sub, b := range src {
-			maps.Copy(want, dumpAll(t, b, fixtures[sub]))
-		}
-
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "p"})
-		require.NoError(t, err)
-		var wg sync.WaitGroup
-		for _, b := range src {
-			snap, err := b.Snapshot()
-			require.NoError(t, err)
-			wg.Go(func() { // the asynchronous part
-				defer snap.Release()
-				assert.NoError(t, snap.EncodeGroups(func(g int, blob []byte) error {
-					return p.Put(fmt.Sprintf("op/agg/%03d", g), blob)
-				}))
-			})
-		}
-		wg.Wait()
-		require.NoError(t, p.Complete(context.Background()))
-
-		cp, err := s.Latest(context.Background())
-		require.NoError(t, err)
-		defer cp.Close()
-		got := map[string]string{}
-		for sub := range 2 {
-			b := o.subtask(sub, 2)
-			f := registerAll(t, b)
-			start, end := b.KeyGroupRange()
-			var blobs [][]byte
-			for part, blob := range cp.Prefix("op/agg/") {
-				g, err := statestore.BlobKeyGroup(blob)
-				require.NoError(t, err)
-				require.Equal(t, fmt.Sprintf("op/agg/%03d", g), part)
-				if g >= start && g < end {
-					blobs = append(blobs, blob)
-				}
-			}
-			require.NoError(t, cp.Err())
-			require.NoError(t, b.Restore(blobs...))
-			maps.Copy(got, dumpAll(t, b, f))
-		}
-		require.Equal(t, want, got)
-	})
 }

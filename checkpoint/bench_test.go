@@ -1,4 +1,4 @@
-package statestore_test
+package checkpoint_test
 
 import (
 	"context"
@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/internal/cputime"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -28,8 +30,8 @@ import (
 // parts from `writers` goroutines, Complete with retention 2), on the disk
 // that holds $TMPDIR (fsync is real there unless it is a tmpfs).
 //
-//	go test -run XXX -bench Checkpoint ./statestore/
-//	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'Checkpoint.*1GiB' -benchtime 3x ./statestore/
+//	go test -run XXX -bench Checkpoint ./checkpoint/
+//	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'Checkpoint.*1GiB' -benchtime 3x ./checkpoint/
 //
 // MB/s is checkpoint bytes per second.
 
@@ -89,7 +91,7 @@ func putAll(b *testing.B, writers int, blobs [][]byte, put func(part string, blo
 	}
 }
 
-// BenchmarkCheckpointWrite writes checkpoints through CheckpointStore: its
+// BenchmarkCheckpointWrite writes checkpoints through Store: its
 // writer goroutine group-commits the Puts that queue up while it commits.
 func BenchmarkCheckpointWrite(b *testing.B) {
 	for _, c := range ckptBenchCases {
@@ -97,11 +99,11 @@ func BenchmarkCheckpointWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/writers=%d", c.name, writers), func(b *testing.B) {
 				skipLarge(b, c)
 				blobs := benchBlobs(c.parts, c.size)
-				s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+				s := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 				b.SetBytes(int64(c.parts * c.size))
 				b.ResetTimer()
 				for i := range b.N {
-					p, err := s.Begin(int64(i+1), statestore.CheckpointMeta{Pipeline: "bench"})
+					p, err := s.Begin(int64(i+1), checkpoint.Meta{Pipeline: "bench"})
 					require.NoError(b, err)
 					putAll(b, writers, blobs, p.Put)
 					require.NoError(b, p.Complete(context.Background()))
@@ -167,8 +169,8 @@ func BenchmarkCheckpointLatest(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			skipLarge(b, c)
 			blobs := benchBlobs(c.parts, c.size)
-			s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{})
-			p, err := s.Begin(1, statestore.CheckpointMeta{})
+			s := openStore(b, b.TempDir(), checkpoint.Options{})
+			p, err := s.Begin(1, checkpoint.Meta{})
 			require.NoError(b, err)
 			putAll(b, 8, blobs, p.Put)
 			require.NoError(b, p.Complete(context.Background()))
@@ -186,8 +188,8 @@ func BenchmarkCheckpointLatest(b *testing.B) {
 // BenchmarkCheckpointPutLatency measures one small Put (a source offset) on
 // its own: one transaction, two fsyncs.
 func BenchmarkCheckpointPutLatency(b *testing.B) {
-	s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(1, statestore.CheckpointMeta{})
+	s := openStore(b, b.TempDir(), checkpoint.Options{})
+	p, err := s.Begin(1, checkpoint.Meta{})
 	require.NoError(b, err)
 	blob := make([]byte, 64)
 	start := time.Now()
@@ -276,7 +278,7 @@ func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
 	acc, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
 	require.NoError(b, err)
 	timers := be.TimerService("window")
-	ns := windowNamespaces(1)[0]
+	ns := "[0,10000)"
 	payload := make([]byte, 1024)
 	for i, k := range intKeys(n) {
 		for j := range payload {
@@ -286,6 +288,30 @@ func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
 		timers.RegisterEventTimer(k, ns, 86_400_000)
 	}
 	return ns
+}
+
+// benchBackends are the two backends the state-part benchmark encodes.
+var benchBackends = []struct {
+	name string
+	open func(b *testing.B) statestore.Backend
+}{
+	{"memory", func(b *testing.B) statestore.Backend {
+		be, err := statestore.NewMemory(benchOptions())
+		require.NoError(b, err)
+		return be
+	}},
+	{"bbolt", func(b *testing.B) statestore.Backend {
+		be, err := statestore.NewBolt(statestore.BoltOptions{Options: benchOptions(), Dir: b.TempDir()})
+		require.NoError(b, err)
+		return be
+	}},
+}
+
+func benchOptions() statestore.Options {
+	return statestore.Options{
+		KeyGroup:  func(k string) int { return int(xxhash.Sum64String(k) % 128) },
+		KeyGroups: [2]int{0, 128},
+	}
 }
 
 // BenchmarkCheckpointStatePart is the asynchronous part of a checkpoint of
@@ -300,12 +326,13 @@ func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
 // process (the store's writer goroutine and the garbage collector
 // included) per GiB of snapshot.
 //
-//	go test -run XXX -bench CheckpointStatePart -benchmem ./statestore/
+//	go test -run XXX -bench CheckpointStatePart -benchmem ./checkpoint/
 func BenchmarkCheckpointStatePart(b *testing.B) {
 	const nKeys = 32 << 10
-	for _, bk := range backends[:2] {
+	for _, bk := range benchBackends {
 		b.Run(bk.name, func(b *testing.B) {
-			be := benchBackend(b, bk.open)
+			be := bk.open(b)
+			b.Cleanup(func() { _ = be.Close() })
 			fillWindowState(b, be, nKeys)
 			snap, err := be.Snapshot()
 			require.NoError(b, err)
@@ -319,7 +346,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 					name = "encode+write"
 				}
 				b.Run(name, func(b *testing.B) {
-					s := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+					s := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
 					b.ResetTimer()
@@ -331,8 +358,8 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 							}
 							continue
 						}
-						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p *statestore.PendingCheckpoint) error {
-							w, err := p.Create("op/window/0")
+						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p *checkpoint.Pending) error {
+							w, err := p.Create("op/window/0", 0)
 							if err != nil {
 								return err
 							}
@@ -363,8 +390,8 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 // fsynced, older ones removed (the floor). CPU-s/GiB includes the garbage
 // collector.
 //
-//	go test -run XXX -bench LargePartStore -benchtime 3x ./statestore/
-//	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'LargePartStore/1GiB' -benchtime 3x ./statestore/
+//	go test -run XXX -bench LargePartStore -benchtime 3x ./checkpoint/
+//	EDDY_BENCH_LARGE=1 go test -run XXX -bench 'LargePartStore/1GiB' -benchtime 3x ./checkpoint/
 //
 // With EDDY_BENCH_STALL=1 a goroutine allocates meanwhile (the garbage
 // collector runs) and max-stall-ms is the longest time the whole process
@@ -384,10 +411,10 @@ func BenchmarkLargePartStore(b *testing.B) {
 		}
 		b.Run(c.name+"/store-inline", func(b *testing.B) {
 			skipLarge(b, c)
-			st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+			st := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 			part := data()
 			largePartRuns(b, c.size, func(i int) error {
-				return storeCheckpoint(st, int64(i+1), func(p *statestore.PendingCheckpoint) error { return p.Put("op/window/0", part) })
+				return storeCheckpoint(st, int64(i+1), func(p *checkpoint.Pending) error { return p.Put("op/window/0", part) })
 			})
 		})
 		for _, direct := range []bool{true, false} {
@@ -397,12 +424,12 @@ func BenchmarkLargePartStore(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				skipLarge(b, c)
-				defer statestore.SetDirectIO(statestore.SetDirectIO(direct))
-				st := openStore(b, b.TempDir(), statestore.CheckpointStoreOptions{Retain: 2})
+				defer checkpoint.SetDirectIO(checkpoint.SetDirectIO(direct))
+				st := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 				part := data()
 				largePartRuns(b, c.size, func(i int) error {
-					return storeCheckpoint(st, int64(i+1), func(p *statestore.PendingCheckpoint) error {
-						w, err := p.Create("op/window/0")
+					return storeCheckpoint(st, int64(i+1), func(p *checkpoint.Pending) error {
+						w, err := p.Create("op/window/0", 0)
 						if err != nil {
 							return err
 						}
@@ -449,8 +476,8 @@ func BenchmarkLargePartStore(b *testing.B) {
 
 // storeCheckpoint writes checkpoint id with the parts put stores, and
 // completes it.
-func storeCheckpoint(st *statestore.CheckpointStore, id int64, put func(*statestore.PendingCheckpoint) error) error {
-	p, err := st.Begin(id, statestore.CheckpointMeta{Pipeline: "bench"})
+func storeCheckpoint(st *checkpoint.Store, id int64, put func(*checkpoint.Pending) error) error {
+	p, err := st.Begin(id, checkpoint.Meta{Pipeline: "bench"})
 	if err != nil {
 		return err
 	}
@@ -526,83 +553,4 @@ func longestStall(fn func()) time.Duration {
 	close(stop)
 	wg.Wait()
 	return worst
-}
-
-// BenchmarkRestore is a window subtask's restart: Restore the blobs of a
-// snapshot of the checkpoint benchmark's window state in small (fillWindowState)
-// into a fresh backend, then register the state, which adopts the restored
-// entries (the window operator registers its state after the restore).
-// MB/s is snapshot bytes per second.
-//
-//	go test -run XXX -bench Restore -benchmem ./statestore/
-func BenchmarkRestore(b *testing.B) {
-	const nKeys = 64 << 10
-	for _, bk := range backends[:2] {
-		b.Run(bk.name, func(b *testing.B) {
-			src := benchBackend(b, bk.open)
-			ns := fillWindowState(b, src, nKeys)
-			snap, err := src.Snapshot()
-			require.NoError(b, err)
-			var blobs [][]byte
-			size := 0
-			require.NoError(b, snap.EncodeGroups(func(_ int, blob []byte) error {
-				blobs = append(blobs, blob)
-				size += len(blob)
-				return nil
-			}))
-			snap.Release()
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			for b.Loop() {
-				b.StopTimer()
-				be := benchBackend(b, bk.open)
-				b.StartTimer()
-				require.NoError(b, be.Restore(blobs...))
-				restored, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
-				require.NoError(b, err)
-				b.StopTimer()
-				got, ok := restored.Get(intKeys(1)[0], ns)
-				require.True(b, ok)
-				require.Equal(b, int64(1), got.n)
-				require.NoError(b, be.Close())
-				b.StartTimer()
-			}
-		})
-	}
-}
-
-// BenchmarkMergeChain is the merge of an incremental chain that a restore
-// from a delta part runs (Checkpoint.Get): the window state of
-// BenchmarkRestore as a whole part, and a delta on it in which a tenth of
-// the keys changed. MB/s is bytes of the chain per second.
-//
-//	go test -run XXX -bench MergeChain -benchmem ./statestore/
-func BenchmarkMergeChain(b *testing.B) {
-	const nKeys = 64 << 10
-	m, err := statestore.NewMemory(statestore.Options{KeyGroup: func(k string) int { return keyGroupOf(k, benchMaxPar) }, KeyGroups: [2]int{0, benchMaxPar}, Incremental: true})
-	require.NoError(b, err)
-	defer m.Close()
-	ns := fillWindowState(b, m, nKeys)
-	acc, err := statestore.RegisterAggregating(m, benchBoxDescriptor())
-	require.NoError(b, err)
-	var parts [][]byte
-	size := 0
-	for id := int64(1); id <= 2; id++ {
-		if id == 2 {
-			for _, k := range intKeys(nKeys)[:nKeys/10] {
-				acc.Add(k, ns, "changed")
-			}
-		}
-		part, _ := completeCheckpoint(b, m, id)
-		parts = append(parts, part)
-		size += len(part)
-	}
-	require.Less(b, len(parts[1]), len(parts[0])/5, "the second part is a delta")
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := statestore.MergeChain(parts); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

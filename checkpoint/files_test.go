@@ -1,4 +1,4 @@
-package statestore_test
+package checkpoint_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/eddy-stream/eddy/statestore"
-	"github.com/eddy-stream/eddy/statestore/statestoretest"
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/checkpoint/checkpointtest"
 )
 
 // fileParts are the parts writeFileCheckpoint streams with Create; the
@@ -28,13 +28,13 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // writeFileCheckpoint writes checkpoint id as writeCheckpoint does
 // (requireCheckpoint checks it), streaming the op/ parts to part files in
 // pieces of 700 bytes.
-func writeFileCheckpoint(t testing.TB, s *statestore.CheckpointStore, id int64) {
+func writeFileCheckpoint(t testing.TB, s *checkpoint.Store, id int64) {
 	t.Helper()
 	require.NoError(t, tryFileCheckpoint(s, id))
 }
 
-func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
-	p, err := s.Begin(id, statestore.CheckpointMeta{
+func tryFileCheckpoint(s *checkpoint.Store, id int64) error {
+	p, err := s.Begin(id, checkpoint.Meta{
 		Pipeline:     "test",
 		FileHash:     "sha256:" + strconv.FormatInt(id, 16),
 		Committables: map[string][]byte{"sink/out/0": []byte("txn-" + strconv.FormatInt(id, 10))},
@@ -50,7 +50,7 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 			}
 			continue
 		}
-		w, err := p.Create(part)
+		w, err := p.Create(part, 0)
 		if err != nil {
 			return errors.Join(err, p.Abort())
 		}
@@ -72,7 +72,7 @@ func tryFileCheckpoint(s *statestore.CheckpointStore, id int64) error {
 
 // completeAndRead completes p and reads its part back from s's latest
 // checkpoint.
-func completeAndRead(t *testing.T, s *statestore.CheckpointStore, p *statestore.PendingCheckpoint, part string) []byte {
+func completeAndRead(t *testing.T, s *checkpoint.Store, p *checkpoint.Pending, part string) []byte {
 	t.Helper()
 	require.NoError(t, p.Complete(context.Background()))
 	cp, err := s.Latest(context.Background())
@@ -92,8 +92,8 @@ func forEachIO(t *testing.T, fn func(t *testing.T)) {
 			name = "direct"
 		}
 		t.Run(name, func(t *testing.T) {
-			old := statestore.SetDirectIO(direct)
-			defer statestore.SetDirectIO(old)
+			old := checkpoint.SetDirectIO(direct)
+			defer checkpoint.SetDirectIO(old)
 			fn(t)
 		})
 	}
@@ -102,7 +102,7 @@ func forEachIO(t *testing.T, fn func(t *testing.T)) {
 // partDirs lists the checkpoint ids with a part-file directory.
 func partDirs(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, statestore.CheckpointPartsDir))
+	entries, err := os.ReadDir(filepath.Join(dir, checkpoint.PartsDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -119,14 +119,14 @@ func partDirs(t *testing.T, dir string) []string {
 func TestCheckpointPartFiles(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s := openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
+		s := openStore(t, dir, checkpoint.Options{Retain: 2})
 		for id := int64(1); id <= 4; id++ {
 			writeFileCheckpoint(t, s, id)
 		}
 		require.Equal(t, int64(4), latestID(t, s))
-		statestore.SettleWriter(t, s)
+		checkpoint.SettleWriter(t, s)
 		require.Equal(t, []string{"3", "4"}, partDirs(t, dir), "retention removes the files of deleted checkpoints")
-		files, err := filepath.Glob(filepath.Join(dir, statestore.CheckpointPartsDir, "4", "*"))
+		files, err := filepath.Glob(filepath.Join(dir, checkpoint.PartsDir, "4", "*"))
 		require.NoError(t, err)
 		require.Len(t, files, len(fileParts))
 
@@ -136,11 +136,11 @@ func TestCheckpointPartFiles(t *testing.T) {
 		for i := range testParts {
 			size += int64(partSize(i))
 		}
-		require.Equal(t, statestore.CheckpointInfo{ID: 4, Time: infos[0].Time, Pipeline: "test", Size: size, Parts: len(testParts), Complete: true}, infos[0])
+		require.Equal(t, checkpoint.Info{ID: 4, Time: infos[0].Time, Pipeline: "test", Size: size, Parts: len(testParts), Complete: true}, infos[0])
 
 		sp := filepath.Join(t.TempDir(), "sp")
 		require.NoError(t, s.ExportSavepoint(4, sp))
-		cp, err := statestore.OpenSavepoint(sp)
+		cp, err := checkpoint.OpenSavepoint(sp)
 		require.NoError(t, err)
 		requireCheckpoint(t, cp, 4)
 		require.NoError(t, cp.Close())
@@ -149,10 +149,10 @@ func TestCheckpointPartFiles(t *testing.T) {
 		// The metadata of a checkpoint with part files is a version-2 record:
 		// a version-1 reader refuses it instead of taking the files for
 		// missing parts. A checkpoint without them stays version 1.
-		s = openStore(t, dir, statestore.CheckpointStoreOptions{Retain: 2})
+		s = openStore(t, dir, checkpoint.Options{Retain: 2})
 		writeCheckpoint(t, s, 5)
 		require.NoError(t, s.Close(context.Background()))
-		db, err := bolt.Open(filepath.Join(dir, statestore.CheckpointFileName), 0o600, nil)
+		db, err := bolt.Open(filepath.Join(dir, checkpoint.FileName), 0o600, nil)
 		require.NoError(t, err)
 		require.NoError(t, db.View(func(tx *bolt.Tx) error {
 			require.Equal(t, []byte("edcp\x02m"), ckptBucket(t, tx, 4).Get([]byte("meta"))[:6])
@@ -161,7 +161,7 @@ func TestCheckpointPartFiles(t *testing.T) {
 		}))
 		require.NoError(t, db.Close())
 
-		f, err := statestore.OpenCheckpointFile(filepath.Join(dir, statestore.CheckpointFileName), 0)
+		f, err := checkpoint.OpenFile(filepath.Join(dir, checkpoint.FileName), 0)
 		require.NoError(t, err)
 		defer f.Close()
 		ic, err := f.Checkpoint(4)
@@ -177,17 +177,17 @@ func TestCheckpointPartFiles(t *testing.T) {
 // A part name is stored once, whether streamed or put.
 func TestCheckpointPartFileDuplicate(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
-		s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		s := openStore(t, t.TempDir(), checkpoint.Options{})
+		p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/a/0")
+		w, err := p.Create("op/a/0", 0)
 		require.NoError(t, err)
-		_, err = p.Create("op/a/0")
-		require.ErrorIs(t, err, statestore.ErrDuplicatePart)
-		require.ErrorIs(t, p.Put("op/a/0", []byte("x")), statestore.ErrDuplicatePart)
+		_, err = p.Create("op/a/0", 0)
+		require.ErrorIs(t, err, checkpoint.ErrDuplicatePart)
+		require.ErrorIs(t, p.Put("op/a/0", []byte("x")), checkpoint.ErrDuplicatePart)
 		require.NoError(t, p.Put("op/b/0", []byte("x")))
-		_, err = p.Create("op/b/0")
-		require.ErrorIs(t, err, statestore.ErrDuplicatePart)
+		_, err = p.Create("op/b/0", 0)
+		require.ErrorIs(t, err, checkpoint.ErrDuplicatePart)
 		_, err = w.Write([]byte("state"))
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
@@ -202,12 +202,12 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		for _, tc := range []struct {
 			name   string
-			faults statestore.CheckpointFaultFuncs
+			faults checkpoint.FaultFuncs
 			errs   []error
 		}{
 			{
 				name: "full disk on a write",
-				faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+				faults: checkpoint.FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 					if id == 2 && part == "op/agg/1" {
 						return nil, syscall.ENOSPC
 					}
@@ -217,18 +217,18 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 			},
 			{
 				name: "torn write that loses bytes",
-				faults: statestore.CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+				faults: checkpoint.FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 					if id == 2 && part == "op/agg/1" {
 						return blob[:len(blob)/2], nil
 					}
 					return blob, nil
 				}},
-				errs: []error{statestore.ErrCheckpointCorrupt},
+				errs: []error{checkpoint.ErrCorrupt},
 			},
 			{
 				// tryFileCheckpoint encodes every third piece into Room.
 				name: "torn write of a blob in the writer's buffer",
-				faults: statestore.CheckpointFaultFuncs{BlobFunc: func() func(int64, string, []byte) ([]byte, error) {
+				faults: checkpoint.FaultFuncs{BlobFunc: func() func(int64, string, []byte) ([]byte, error) {
 					calls := 0
 					return func(id int64, part string, blob []byte) ([]byte, error) {
 						if id == 2 && part == "op/agg/1" {
@@ -239,12 +239,12 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 						return blob, nil
 					}
 				}()},
-				errs: []error{statestore.ErrCheckpointCorrupt},
+				errs: []error{checkpoint.ErrCorrupt},
 			},
 			{
 				name: "failed create",
-				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-					if op == statestore.OpPartCreate && filepath.Base(filepath.Dir(path)) == "2" {
+				faults: checkpoint.FaultFuncs{FileFunc: func(op checkpoint.Op, path string) error {
+					if op == checkpoint.OpPartCreate && filepath.Base(filepath.Dir(path)) == "2" {
 						return syscall.EACCES
 					}
 					return nil
@@ -253,8 +253,8 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 			},
 			{
 				name: "failed fsync of a part",
-				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-					if op == statestore.OpPartSync && filepath.Base(filepath.Dir(path)) == "2" {
+				faults: checkpoint.FaultFuncs{FileFunc: func(op checkpoint.Op, path string) error {
+					if op == checkpoint.OpPartSync && filepath.Base(filepath.Dir(path)) == "2" {
 						return errInjected
 					}
 					return nil
@@ -263,8 +263,8 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 			},
 			{
 				name: "failed fsync of the directory",
-				faults: statestore.CheckpointFaultFuncs{FileFunc: func(op statestore.CheckpointOp, path string) error {
-					if op == statestore.OpPartSyncDir && filepath.Base(path) == "2" {
+				faults: checkpoint.FaultFuncs{FileFunc: func(op checkpoint.Op, path string) error {
+					if op == checkpoint.OpPartSyncDir && filepath.Base(path) == "2" {
 						return errInjected
 					}
 					return nil
@@ -273,8 +273,8 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 			},
 			{
 				name: "failed fsync of the completion",
-				faults: statestore.CheckpointFaultFuncs{CommitFunc: func(op statestore.CheckpointOp, id int64, _ string) error {
-					if op == statestore.OpComplete && id == 2 {
+				faults: checkpoint.FaultFuncs{CommitFunc: func(op checkpoint.Op, id int64, _ string) error {
+					if op == checkpoint.OpComplete && id == 2 {
 						return errInjected
 					}
 					return nil
@@ -284,7 +284,7 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
-				s := openStore(t, dir, statestore.CheckpointStoreOptions{Faults: tc.faults})
+				s := openStore(t, dir, checkpoint.Options{Faults: tc.faults})
 				writeFileCheckpoint(t, s, 1)
 				err := tryFileCheckpoint(s, 2)
 				for _, want := range tc.errs {
@@ -297,7 +297,7 @@ func TestCheckpointPartFileFaults(t *testing.T) {
 				require.Equal(t, int64(1), latestID(t, s))
 
 				require.NoError(t, s.Close(context.Background()))
-				s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+				s = openStore(t, dir, checkpoint.Options{})
 				writeFileCheckpoint(t, s, 2)
 				require.Equal(t, int64(2), latestID(t, s))
 			})
@@ -315,7 +315,7 @@ func TestCheckpointPartFileCorruption(t *testing.T) {
 			reason string
 		}{
 			{"byte flip", func(t *testing.T, dir, _ string) {
-				statestoretest.CorruptPart(t, filepath.Join(dir, statestore.CheckpointFileName), 2, "op/agg/1")
+				checkpointtest.CorruptPart(t, filepath.Join(dir, checkpoint.FileName), 2, "op/agg/1")
 			}, `part \"op/agg/1\": checksum`},
 			{"truncated", func(t *testing.T, _, file string) {
 				require.NoError(t, os.Truncate(file, 10))
@@ -327,14 +327,14 @@ func TestCheckpointPartFileCorruption(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				logs := &logBuffer{}
-				s := openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+				s := openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 				writeFileCheckpoint(t, s, 1)
 				writeFileCheckpoint(t, s, 2)
 				require.NoError(t, s.Close(context.Background()))
 				// op/agg/1 is the second file created.
-				tc.damage(t, dir, filepath.Join(dir, statestore.CheckpointPartsDir, "2", "2.part"))
+				tc.damage(t, dir, filepath.Join(dir, checkpoint.PartsDir, "2", "2.part"))
 
-				s = openStore(t, dir, statestore.CheckpointStoreOptions{Logger: logs.Logger()})
+				s = openStore(t, dir, checkpoint.Options{Logger: logs.Logger()})
 				require.Equal(t, int64(1), latestID(t, s))
 				require.Contains(t, logs.String(), "checkpoint=2")
 				require.Contains(t, logs.String(), tc.reason)
@@ -350,21 +350,21 @@ func TestCheckpointPartFileCorruption(t *testing.T) {
 func TestCheckpointPartFileLeftovers(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		s := openStore(t, dir, checkpoint.Options{})
 		writeFileCheckpoint(t, s, 1)
-		p, err := s.Begin(2, statestore.CheckpointMeta{Pipeline: "test"})
+		p, err := s.Begin(2, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/agg/0")
+		w, err := p.Create("op/agg/0", 0)
 		require.NoError(t, err)
 		_, err = w.Write([]byte("never completed"))
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
 		require.Equal(t, []string{"1", "2"}, partDirs(t, dir))
 		require.NoError(t, s.Close(context.Background()))
-		stray := filepath.Join(dir, statestore.CheckpointPartsDir, "notes.txt")
+		stray := filepath.Join(dir, checkpoint.PartsDir, "notes.txt")
 		require.NoError(t, os.WriteFile(stray, []byte("mine"), 0o600))
 
-		s = openStore(t, dir, statestore.CheckpointStoreOptions{})
+		s = openStore(t, dir, checkpoint.Options{})
 		require.Equal(t, []string{"1", "notes.txt"}, partDirs(t, dir))
 		complete, incomplete := listIDs(t, s)
 		require.Equal(t, []int64{1}, complete)
@@ -377,12 +377,12 @@ func TestCheckpointPartFileLeftovers(t *testing.T) {
 
 // beginPart opens a store in dir and begins checkpoint 1 with one streamed
 // part.
-func beginPart(t *testing.T, dir string) (*statestore.CheckpointStore, *statestore.PendingCheckpoint, *statestore.PartWriter) {
+func beginPart(t *testing.T, dir string) (*checkpoint.Store, *checkpoint.Pending, checkpoint.PartWriter) {
 	t.Helper()
-	s := openStore(t, dir, statestore.CheckpointStoreOptions{})
-	p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+	s := openStore(t, dir, checkpoint.Options{})
+	p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 	require.NoError(t, err)
-	w, err := p.Create("op/agg/0")
+	w, err := p.Create("op/agg/0", 0)
 	require.NoError(t, err)
 	return s, p, w
 }
@@ -396,11 +396,11 @@ func TestCheckpointPartFileAbort(t *testing.T) {
 		_, err := w.Write([]byte("half"))
 		require.NoError(t, err)
 		w.Abort()
-		require.ErrorIs(t, p.Complete(context.Background()), statestore.ErrCheckpointFailed)
+		require.ErrorIs(t, p.Complete(context.Background()), checkpoint.ErrFailed)
 		require.NoError(t, p.Abort())
 		require.Empty(t, partDirs(t, dir))
 		_, err = s.Latest(context.Background())
-		require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+		require.ErrorIs(t, err, checkpoint.ErrNoCheckpoint)
 	})
 }
 
@@ -431,12 +431,12 @@ func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 			_, err = w.Write(blob)
 			runtime.Gosched()
 		}
-		require.ErrorIs(t, err, statestore.ErrCheckpointFinished)
-		require.ErrorIs(t, w.Close(), statestore.ErrCheckpointFinished)
+		require.ErrorIs(t, err, checkpoint.ErrFinished)
+		require.ErrorIs(t, w.Close(), checkpoint.ErrFinished)
 		require.NoError(t, <-aborted)
 		require.Empty(t, partDirs(t, dir))
 		_, err = s.Latest(context.Background())
-		require.ErrorIs(t, err, statestore.ErrNoCheckpoint)
+		require.ErrorIs(t, err, checkpoint.ErrNoCheckpoint)
 	})
 }
 
@@ -446,11 +446,11 @@ func TestCheckpointAbortStopsPartWriters(t *testing.T) {
 func TestCheckpointPartFileLarge(t *testing.T) {
 	forEachIO(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s := openStore(t, dir, statestore.CheckpointStoreOptions{})
+		s := openStore(t, dir, checkpoint.Options{})
 		blob := partBlob(1, "op/big/0", 9<<20+123)
-		p, err := s.Begin(1, statestore.CheckpointMeta{Pipeline: "test"})
+		p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})
 		require.NoError(t, err)
-		w, err := p.Create("op/big/0")
+		w, err := p.Create("op/big/0", 0)
 		require.NoError(t, err)
 		for off, step := 0, 1; off < len(blob); off, step = off+step, step*3+1 {
 			_, err := w.Write(blob[off:min(off+step, len(blob))])
@@ -458,7 +458,7 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 		}
 		require.NoError(t, w.Close())
 		got := completeAndRead(t, s, p, "op/big/0")
-		st, err := os.Stat(filepath.Join(dir, statestore.CheckpointPartsDir, "1", "1.part"))
+		st, err := os.Stat(filepath.Join(dir, checkpoint.PartsDir, "1", "1.part"))
 		require.NoError(t, err)
 		require.Equal(t, int64(len(blob)+4), st.Size())
 		require.True(t, bytes.Equal(blob, got), "the part reads back as written")
@@ -468,14 +468,14 @@ func TestCheckpointPartFileLarge(t *testing.T) {
 // A file system that takes O_DIRECT at open but refuses direct writes
 // (EINVAL) gets the part through ordinary writes, whole.
 func TestCheckpointPartFileDirectRefused(t *testing.T) {
-	old := statestore.SetDirectIO(true)
-	defer statestore.SetDirectIO(old)
+	old := checkpoint.SetDirectIO(true)
+	defer checkpoint.SetDirectIO(old)
 	if !old {
 		t.Skip("no direct I/O on this system")
 	}
 	refused := 0
-	defer statestore.RefuseDirectWrites(&refused)()
-	s := openStore(t, t.TempDir(), statestore.CheckpointStoreOptions{})
+	defer checkpoint.RefuseDirectWrites(&refused)()
+	s := openStore(t, t.TempDir(), checkpoint.Options{})
 	writeFileCheckpoint(t, s, 1)
 	require.Equal(t, len(fileParts), refused, "one refused write per part, then ordinary ones")
 	require.Equal(t, int64(1), latestID(t, s))

@@ -1,6 +1,6 @@
 //go:build unix
 
-package statestore_test
+package checkpoint_test
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // The crash test re-executes the test binary as a child that writes
@@ -56,7 +56,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(3)
 	}
-	s, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{
+	s, err := checkpoint.Open(dir, checkpoint.Options{
 		Retain: crashRetain, LockTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -71,7 +71,7 @@ func TestCheckpointCrashChild(t *testing.T) {
 		next = infos[0].ID + 1
 	}
 	for id := next; ; id++ {
-		p, err := s.Begin(id, statestore.CheckpointMeta{Pipeline: "crash", FileHash: strconv.FormatInt(id, 10)})
+		p, err := s.Begin(id, checkpoint.Meta{Pipeline: "crash", FileHash: strconv.FormatInt(id, 10)})
 		if err != nil {
 			fail(err)
 		}
@@ -101,11 +101,11 @@ func TestCheckpointCrashChild(t *testing.T) {
 
 // crashPut stores the odd parts as part files, streamed in three pieces,
 // and the even ones with Put.
-func crashPut(p *statestore.PendingCheckpoint, i int, part string, blob []byte) error {
+func crashPut(p *checkpoint.Pending, i int, part string, blob []byte) error {
 	if i%2 == 0 {
 		return p.Put(part, blob)
 	}
-	w, err := p.Create(part)
+	w, err := p.Create(part, 0)
 	if err != nil {
 		return err
 	}
@@ -175,10 +175,10 @@ func TestCheckpointCrash(t *testing.T) {
 		phases[strings.Fields(last + " none")[0]]++
 
 		logs := &logBuffer{}
-		s, err := statestore.OpenCheckpointStore(dir, statestore.CheckpointStoreOptions{Retain: crashRetain, Logger: logs.Logger()})
+		s, err := checkpoint.Open(dir, checkpoint.Options{Retain: crashRetain, Logger: logs.Logger()})
 		require.NoError(t, err)
 		cp, err := s.Latest(context.Background())
-		if lastWrote == 0 && errors.Is(err, statestore.ErrNoCheckpoint) {
+		if lastWrote == 0 && errors.Is(err, checkpoint.ErrNoCheckpoint) {
 			require.NoError(t, s.Close(context.Background()))
 			continue // killed before the first checkpoint completed
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package statestore
+package checkpoint
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"context"
@@ -20,14 +20,14 @@ import (
 // self-contained bbolt file at path holding the checkpoint's metadata and
 // parts, in the store's layout (docs/checkpoints.md), that OpenSavepoint
 // reads on any machine of the same byte order. Every part is verified as it
-// is copied, so a corrupt checkpoint is not exported (ErrCheckpointCorrupt).
+// is copied, so a corrupt checkpoint is not exported (ErrCorrupt).
 // A savepoint is self-contained: a delta part is written merged with its
 // chain, as a whole part (PartInfo.Base 0), and the metadata lists it so.
 // The file is written to path.tmp, fsynced, renamed to path, and path's
 // directory fsynced: path either does not exist or is complete. An existing
 // path is not overwritten (fs.ErrExist). Safe to call while checkpoints are
 // written; retention keeps checkpoint id until the export ends.
-func (s *CheckpointStore) ExportSavepoint(id int64, path string) (err error) {
+func (s *Store) ExportSavepoint(id int64, path string) (err error) {
 	wrap := func(err error) error {
 		return fmt.Errorf("export checkpoint %d of %s to savepoint %s: %w", id, s.path, path, err)
 	}
@@ -207,15 +207,15 @@ func wholeMeta(rec []byte, parts []wirePart) ([]byte, error) {
 
 // OpenSavepoint opens the savepoint file at path read-only, checks that it
 // holds exactly one completed checkpoint, and verifies it entirely, as
-// Latest does (ErrCheckpointCorrupt, ErrCheckpointFormat). A savepoint
+// Latest does (ErrCorrupt, ErrFormat). A savepoint
 // holds no delta part (ExportSavepoint merges them): one that does is
-// ErrCheckpointCorrupt. The Checkpoint keeps the file open until Close.
+// ErrCorrupt. The Checkpoint keeps the file open until Close.
 func OpenSavepoint(path string) (*Checkpoint, error) {
 	wrap := func(err error) error { return fmt.Errorf("open savepoint %s: %w", path, err) }
 	if _, err := os.Stat(path); err != nil {
 		return nil, wrap(err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: DefaultCheckpointLockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: DefaultLockTimeout})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -229,17 +229,17 @@ func OpenSavepoint(path string) (*Checkpoint, error) {
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			id, ok := ckptID(k)
 			if !ok || v != nil {
-				return fmt.Errorf("%w: unexpected key %q in %q", ErrCheckpointCorrupt, k, bktCheckpoints)
+				return fmt.Errorf("%w: unexpected key %q in %q", ErrCorrupt, k, bktCheckpoints)
 			}
 			ids = append(ids, id)
 		}
 		if len(ids) != 1 {
-			return fmt.Errorf("%w: %d checkpoints in a savepoint, expected 1", ErrCheckpointCorrupt, len(ids))
+			return fmt.Errorf("%w: %d checkpoints in a savepoint, expected 1", ErrCorrupt, len(ids))
 		}
 		var err error
 		rec, err = verifyCheckpoint(context.Background(), tx, "", ids[0], nil)
 		if errors.Is(err, ErrNoCheckpoint) {
-			err = fmt.Errorf("%w: %w", ErrCheckpointCorrupt, err)
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		return err
 	})

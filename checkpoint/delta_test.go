@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"bytes"
@@ -17,19 +17,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // Incremental checkpoints in the checkpoint store: delta parts
-// (CreateDelta), their bases in the metadata, retention of chains, reads
+// (Create with a base), their bases in the metadata, retention of chains, reads
 // that merge, verification and savepoints.
 
 // openDeltaStore opens the store in dir, closed when the test ends.
-func openDeltaStore(t *testing.T, dir string, opts CheckpointStoreOptions) *CheckpointStore {
+func openDeltaStore(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s, err := OpenCheckpointStore(dir, opts)
+	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
@@ -50,17 +52,17 @@ func opaque(id int64, name string) []byte {
 
 // beginDelta begins checkpoint id with parts streamed (in two pieces) and
 // the part "src/in/0" put, and returns it pending.
-func beginDelta(t *testing.T, s *CheckpointStore, id int64, parts ...deltaPart) *PendingCheckpoint {
+func beginDelta(t *testing.T, s *Store, id int64, parts ...deltaPart) *Pending {
 	t.Helper()
-	p, err := s.Begin(id, CheckpointMeta{Pipeline: "test"})
+	p, err := s.Begin(id, Meta{Pipeline: "test"})
 	require.NoError(t, err)
 	require.NoError(t, p.Put("src/in/0", opaque(id, "src/in/0")))
 	for _, dp := range parts {
-		var w *PartWriter
+		var w PartWriter
 		if dp.base == 0 {
-			w, err = p.Create(dp.name)
+			w, err = p.Create(dp.name, 0)
 		} else {
-			w, err = p.CreateDelta(dp.name, dp.base)
+			w, err = p.Create(dp.name, dp.base)
 		}
 		require.NoError(t, err, "part %q of checkpoint %d", dp.name, id)
 		half := len(dp.blob) / 2
@@ -74,14 +76,14 @@ func beginDelta(t *testing.T, s *CheckpointStore, id int64, parts ...deltaPart) 
 }
 
 // writeDelta writes checkpoint id as beginDelta does and completes it.
-func writeDelta(t *testing.T, s *CheckpointStore, id int64, parts ...deltaPart) {
+func writeDelta(t *testing.T, s *Store, id int64, parts ...deltaPart) {
 	t.Helper()
 	require.NoError(t, beginDelta(t, s, id, parts...).Complete(context.Background()))
 }
 
 // completeIDs lists the store's completed checkpoints, newest first, and
 // requires that it holds no incomplete one.
-func completeIDs(t *testing.T, s *CheckpointStore) []int64 {
+func completeIDs(t *testing.T, s *Store) []int64 {
 	t.Helper()
 	complete, incomplete := ListIDs(t, s)
 	require.Empty(t, incomplete)
@@ -90,7 +92,7 @@ func completeIDs(t *testing.T, s *CheckpointStore) []int64 {
 
 // fileDirIDs lists, newest first, the checkpoints with a part-file
 // directory, once the writer has removed what it had to.
-func fileDirIDs(t *testing.T, s *CheckpointStore) []int64 {
+func fileDirIDs(t *testing.T, s *Store) []int64 {
 	t.Helper()
 	SettleWriter(t, s)
 	ids, err := s.partFileDirs()
@@ -101,7 +103,7 @@ func fileDirIDs(t *testing.T, s *CheckpointStore) []int64 {
 }
 
 // pinCount is the number of pins the store holds.
-func pinCount(s *CheckpointStore) int {
+func pinCount(s *Store) int {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
 	n := 0
@@ -112,7 +114,7 @@ func pinCount(s *CheckpointStore) int {
 }
 
 // rawMeta returns checkpoint id's metadata record as stored.
-func rawMeta(t *testing.T, s *CheckpointStore, id int64) []byte {
+func rawMeta(t *testing.T, s *Store, id int64) []byte {
 	t.Helper()
 	var rec []byte
 	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
@@ -145,7 +147,7 @@ func metaKeys(t *testing.T, rec []byte) []int {
 // written as before, without key 8.
 func TestCheckpointDeltaMetadata(t *testing.T) {
 	dir := t.TempDir()
-	s := openDeltaStore(t, dir, CheckpointStoreOptions{})
+	s := openDeltaStore(t, dir, Options{})
 	writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")}, deltaPart{name: "op/a/1", blob: opaque(1, "op/a/1")})
 	d0, d1 := []byte("a delta of op/a/0"), opaque(2, "op/a/1")
 	writeDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: d0}, deltaPart{name: "op/a/1", blob: d1})
@@ -165,7 +167,7 @@ func TestCheckpointDeltaMetadata(t *testing.T) {
 		{Name: "op/a/1", Size: int64(len(d1)), CRC32C: crc32.Checksum(d1, crcTable)},
 		{Name: "src/in/0", Size: src, CRC32C: crc32.Checksum(opaque(2, "src/in/0"), crcTable)},
 	}
-	check := func(s *CheckpointStore) {
+	check := func(s *Store) {
 		t.Helper()
 		cp, err := s.Checkpoint(context.Background(), 2)
 		require.NoError(t, err)
@@ -183,7 +185,7 @@ func TestCheckpointDeltaMetadata(t *testing.T) {
 	}
 	check(s)
 	require.NoError(t, s.Close(context.Background()))
-	check(openDeltaStore(t, dir, CheckpointStoreOptions{}))
+	check(openDeltaStore(t, dir, Options{}))
 }
 
 // oldWireMeta is the metadata as builds before delta parts wrote it:
@@ -245,7 +247,7 @@ func TestCheckpointDeltaMetadataDecoding(t *testing.T) {
 		require.NoError(t, err)
 		r, err := read(rec)
 		if tc.err != "" {
-			require.ErrorIs(t, err, ErrCheckpointCorrupt, "%v", tc.bases)
+			require.ErrorIs(t, err, ErrCorrupt, "%v", tc.bases)
 			require.ErrorContains(t, err, tc.err)
 			continue
 		}
@@ -256,15 +258,15 @@ func TestCheckpointDeltaMetadataDecoding(t *testing.T) {
 	}
 }
 
-// CreateDelta refuses a base that is not an older completed checkpoint of
+// Create with a base refuses a base that is not an older completed checkpoint of
 // the store with that part (ErrDeltaBase), leaving the name free for
 // Create, and holds no pin then.
 func TestCheckpointCreateDeltaErrors(t *testing.T) {
 	dir := t.TempDir()
-	s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 3})
+	s := openDeltaStore(t, dir, Options{Retain: 3})
 	writeDelta(t, s, 2, deltaPart{name: "op/a/0", blob: opaque(2, "op/a/0")})
 	p3 := beginDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")}) // pending: incomplete
-	p4, err := s.Begin(4, CheckpointMeta{})
+	p4, err := s.Begin(4, Meta{})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		part string
@@ -276,24 +278,23 @@ func TestCheckpointCreateDeltaErrors(t *testing.T) {
 		{"op/b/0", 2, `checkpoint 2 has no part "op/b/0"`},
 		{"op/a/0", 4, "not an older checkpoint"},
 		{"op/a/0", 9, "not an older checkpoint"},
-		{"op/a/0", 0, "not an older checkpoint"},
 		{"op/a/0", -2, "not an older checkpoint"},
 	} {
-		_, err := p4.CreateDelta(tc.part, tc.base)
+		_, err := p4.Create(tc.part, tc.base)
 		require.ErrorIs(t, err, ErrDeltaBase, "%s on %d", tc.part, tc.base)
 		require.ErrorContains(t, err, tc.err)
 		require.ErrorContains(t, err, fmt.Sprintf("create part %q of checkpoint 4 as a delta on checkpoint %d", tc.part, tc.base))
 	}
-	require.Equal(t, 0, pinCount(s), "a refused CreateDelta holds no pin")
+	require.Equal(t, 0, pinCount(s), "a refused Create with a base holds no pin")
 
 	// The name is free: the caller writes the part whole.
-	w, err := p4.Create("op/a/0")
+	w, err := p4.Create("op/a/0", 0)
 	require.NoError(t, err)
 	_, err = w.Write([]byte("whole"))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	// A name taken is ErrDuplicatePart, with no pin left behind.
-	_, err = p4.CreateDelta("op/a/0", 2)
+	_, err = p4.Create("op/a/0", 2)
 	require.ErrorIs(t, err, ErrDuplicatePart)
 	require.NotErrorIs(t, err, ErrDeltaBase)
 	require.Equal(t, 0, pinCount(s))
@@ -301,19 +302,19 @@ func TestCheckpointCreateDeltaErrors(t *testing.T) {
 	require.NoError(t, p3.Abort())
 
 	// A base that retention deleted is refused too.
-	s1 := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 1})
+	s1 := openDeltaStore(t, t.TempDir(), Options{Retain: 1})
 	writeDelta(t, s1, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 	writeDelta(t, s1, 2, deltaPart{name: "op/a/0", blob: opaque(2, "op/a/0")})
 	require.Equal(t, []int64{2}, completeIDs(t, s1))
-	p, err := s1.Begin(3, CheckpointMeta{})
+	p, err := s1.Begin(3, Meta{})
 	require.NoError(t, err)
-	_, err = p.CreateDelta("op/a/0", 1)
+	_, err = p.Create("op/a/0", 1)
 	require.ErrorIs(t, err, ErrDeltaBase)
-	w, err = p.CreateDelta("op/a/0", 2)
+	w, err = p.Create("op/a/0", 2)
 	require.NoError(t, err)
 	w.Abort()
 	require.Equal(t, 1, pinCount(s1), "the pending checkpoint pins its base")
-	require.ErrorIs(t, p.Complete(context.Background()), ErrCheckpointFailed)
+	require.ErrorIs(t, p.Complete(context.Background()), ErrFailed)
 	require.NoError(t, p.Abort())
 	require.Equal(t, 0, pinCount(s1), "a failed checkpoint releases its bases")
 }
@@ -323,7 +324,7 @@ func TestCheckpointCreateDeltaErrors(t *testing.T) {
 // a new full checkpoint lets the chain go.
 func TestCheckpointDeltaRetention(t *testing.T) {
 	dir := t.TempDir()
-	s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 1})
+	s := openDeltaStore(t, dir, Options{Retain: 1})
 	writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")}, deltaPart{name: "op/a/1", blob: opaque(1, "op/a/1")})
 	writeDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")}, deltaPart{name: "op/a/1", blob: opaque(2, "op/a/1")})
 	require.Equal(t, []int64{2, 1}, completeIDs(t, s))
@@ -337,7 +338,7 @@ func TestCheckpointDeltaRetention(t *testing.T) {
 	require.NoError(t, cp.Close())
 
 	require.NoError(t, s.Close(context.Background()))
-	s = openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 1})
+	s = openDeltaStore(t, dir, Options{Retain: 1})
 	require.Equal(t, []int64{3, 2, 1}, completeIDs(t, s), "open's retention keeps the chain")
 	require.Equal(t, []int64{3, 2, 1}, fileDirIDs(t, s))
 
@@ -356,7 +357,7 @@ func TestCheckpointDeltaRetention(t *testing.T) {
 // long as it is retained, and an aborted one lets the base go.
 func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 	t.Run("completed", func(t *testing.T) {
-		s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 2})
+		s := openDeltaStore(t, t.TempDir(), Options{Retain: 2})
 		writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 		p2 := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 		writeDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")})
@@ -373,7 +374,7 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 		require.Equal(t, 0, pinCount(s))
 	})
 	t.Run("retained", func(t *testing.T) {
-		s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 2})
+		s := openDeltaStore(t, t.TempDir(), Options{Retain: 2})
 		writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 		p2 := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 		writeDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")})
@@ -387,7 +388,7 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 		require.Equal(t, []int64{4, 3}, completeIDs(t, s))
 	})
 	t.Run("aborted", func(t *testing.T) {
-		s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 1})
+		s := openDeltaStore(t, t.TempDir(), Options{Retain: 1})
 		writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 		p2 := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 		writeDelta(t, s, 3, deltaPart{name: "op/a/0", blob: opaque(3, "op/a/0")})
@@ -406,7 +407,7 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 // to s: each "op/a/0" is a part of ChainParts (a whole part, then deltas,
 // each on the checkpoint before), each "op/a/1" a whole part. It returns
 // the parts and the full snapshot of the state at checkpoint n.
-func writeChain(t *testing.T, s *CheckpointStore, n int) (parts [][]byte, want []byte) {
+func writeChain(t *testing.T, s *Store, n int) (parts [][]byte, want []byte) {
 	t.Helper()
 	parts, want = ChainParts(t, n)
 	for i, blob := range parts {
@@ -422,7 +423,7 @@ func writeChain(t *testing.T, s *CheckpointStore, n int) (parts [][]byte, want [
 // until it is closed.
 func TestCheckpointDeltaGet(t *testing.T) {
 	dir := t.TempDir()
-	s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 1})
+	s := openDeltaStore(t, dir, Options{Retain: 1})
 	parts, want := writeChain(t, s, 3)
 	require.Equal(t, []int64{3, 2, 1}, completeIDs(t, s))
 
@@ -448,7 +449,7 @@ func TestCheckpointDeltaGet(t *testing.T) {
 	for id, wantPart := range map[int64][][]byte{1: parts[:1], 2: parts[:2]} {
 		cp, err := s.Checkpoint(context.Background(), id)
 		require.NoError(t, err)
-		merged, err := mergeChain(wantPart)
+		merged, err := statestore.MergeChain(wantPart)
 		require.NoError(t, err)
 		got, err := cp.Get("op/a/0")
 		require.NoError(t, err)
@@ -473,11 +474,11 @@ func TestCheckpointDeltaGet(t *testing.T) {
 // is corrupt.
 func TestCheckpointDeltaInspect(t *testing.T) {
 	dir := t.TempDir()
-	s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 1})
+	s := openDeltaStore(t, dir, Options{Retain: 1})
 	parts, want := writeChain(t, s, 3)
 	require.NoError(t, s.Close(context.Background()))
 
-	f, err := OpenCheckpointFile(filepath.Join(dir, CheckpointFileName), 0)
+	f, err := OpenFile(filepath.Join(dir, FileName), 0)
 	require.NoError(t, err)
 	defer f.Close()
 	list, err := f.List()
@@ -493,26 +494,26 @@ func TestCheckpointDeltaInspect(t *testing.T) {
 	got, err := cp.Get("op/a/0")
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	groups, err := InspectState(got)
+	groups, err := statestore.InspectState(got)
 	require.NoError(t, err)
 	require.NotEmpty(t, groups)
 
 	flipPartFile(t, dir, 1, "op/a/0")
 	_, err = cp.Get("op/a/0")
-	require.ErrorIs(t, err, ErrCheckpointCorrupt)
+	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, `checkpoint 3: part "op/a/0": the chain's part in checkpoint 1: corrupt checkpoint: part "op/a/0": checksum`)
 }
 
 // partFile returns the path of the file of part name of checkpoint id in
 // the closed store in dir.
-func partFile(t *testing.T, dir string, id int64, name string) string {
+func partFilePath(t *testing.T, dir string, id int64, name string) string {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, CheckpointFileName), 0o600, &bolt.Options{ReadOnly: true})
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{ReadOnly: true})
 	require.NoError(t, err)
 	defer db.Close()
 	var path string
 	require.NoError(t, db.View(func(tx *bolt.Tx) error {
-		_, p, err := partLocation(tx.Bucket(bktCheckpoints).Bucket(ckptKey(id)), filepath.Join(dir, CheckpointPartsDir), id, name)
+		_, p, err := partLocation(tx.Bucket(bktCheckpoints).Bucket(ckptKey(id)), filepath.Join(dir, PartsDir), id, name)
 		path = p
 		return err
 	}))
@@ -523,7 +524,7 @@ func partFile(t *testing.T, dir string, id int64, name string) string {
 // flipPartFile flips a byte in the middle of a part's file.
 func flipPartFile(t *testing.T, dir string, id int64, name string) {
 	t.Helper()
-	path := partFile(t, dir, id, name)
+	path := partFilePath(t, dir, id, name)
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0x20
@@ -533,7 +534,7 @@ func flipPartFile(t *testing.T, dir string, id int64, name string) {
 // damageStore changes the closed store in dir through bbolt.
 func damageStore(t *testing.T, dir string, fn func(root *bolt.Bucket) error) {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, CheckpointFileName), 0o600, nil)
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(bktCheckpoints)) }))
 	require.NoError(t, db.Close())
@@ -556,7 +557,7 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 		{
 			name: "base's part file missing",
 			damage: func(t *testing.T, dir string) {
-				require.NoError(t, os.Remove(partFile(t, dir, 1, "op/a/0")))
+				require.NoError(t, os.Remove(partFilePath(t, dir, 1, "op/a/0")))
 			},
 			reason: `the chain's part in checkpoint 1 does not verify: corrupt checkpoint: the file of part \"op/a/0\" is missing`,
 		},
@@ -582,7 +583,7 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 4})
+			s := openDeltaStore(t, dir, Options{Retain: 4})
 			// 3 is a delta on 1 and 4 on 3; 2 needs no base.
 			writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 			writeDelta(t, s, 2, deltaPart{name: "op/a/0", blob: opaque(2, "op/a/0")})
@@ -596,7 +597,7 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 
 			tc.damage(t, dir)
 			var log LogBuffer
-			s = openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 4, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			s = openDeltaStore(t, dir, Options{Retain: 4, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			cp, err = s.Latest(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, int64(2), cp.ID())
@@ -613,9 +614,9 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 			}
 
 			_, err = s.Checkpoint(context.Background(), 4)
-			require.ErrorIs(t, err, ErrCheckpointCorrupt)
+			require.ErrorIs(t, err, ErrCorrupt)
 			require.NotErrorIs(t, err, ErrNoCheckpoint, "a missing base does not say that the store is empty")
-			require.ErrorIs(t, s.ExportSavepoint(4, filepath.Join(t.TempDir(), "sp")), ErrCheckpointCorrupt)
+			require.ErrorIs(t, s.ExportSavepoint(4, filepath.Join(t.TempDir(), "sp")), ErrCorrupt)
 		})
 	}
 }
@@ -624,7 +625,7 @@ func TestCheckpointDeltaLatestFallback(t *testing.T) {
 // and fails otherwise: a base deleted behind the store's back is never
 // referenced.
 func TestCheckpointDeltaCompleteRechecksBase(t *testing.T) {
-	s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 3})
+	s := openDeltaStore(t, t.TempDir(), Options{Retain: 3})
 	writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 	p := beginDelta(t, s, 2, deltaPart{name: "op/a/0", base: 1, blob: opaque(2, "op/a/0")})
 	require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
@@ -644,7 +645,7 @@ func TestCheckpointDeltaCompleteRechecksBase(t *testing.T) {
 // OpenSavepoint reads it. A savepoint file that holds a delta part is
 // corrupt.
 func TestCheckpointDeltaSavepoint(t *testing.T) {
-	s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 1})
+	s := openDeltaStore(t, t.TempDir(), Options{Retain: 1})
 	_, want := writeChain(t, s, 3)
 	path := filepath.Join(t.TempDir(), "sp")
 	require.NoError(t, s.ExportSavepoint(3, path))
@@ -689,7 +690,7 @@ func TestCheckpointDeltaSavepoint(t *testing.T) {
 	}))
 	require.NoError(t, db.Close())
 	_, err = OpenSavepoint(path)
-	require.ErrorIs(t, err, ErrCheckpointCorrupt)
+	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, `part "op/a/0" is a delta on checkpoint 2, which a savepoint cannot have`)
 }
 
@@ -705,40 +706,40 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		faults CheckpointFaultFuncs
+		faults FaultFuncs
 		err    error
 	}{
-		{"full disk on a write", CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+		{"full disk on a write", FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 			if isPart(id, part) {
 				return nil, syscall.ENOSPC
 			}
 			return blob, nil
 		}}, syscall.ENOSPC},
-		{"torn write that loses bytes", CheckpointFaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
+		{"torn write that loses bytes", FaultFuncs{BlobFunc: func(id int64, part string, blob []byte) ([]byte, error) {
 			if isPart(id, part) {
 				return blob[:len(blob)/2], nil
 			}
 			return blob, nil
-		}}, ErrCheckpointCorrupt},
-		{"failed create", CheckpointFaultFuncs{FileFunc: func(op CheckpointOp, path string) error {
+		}}, ErrCorrupt},
+		{"failed create", FaultFuncs{FileFunc: func(op Op, path string) error {
 			if op == OpPartCreate && inDir2(path) {
 				return syscall.EACCES
 			}
 			return nil
 		}}, syscall.EACCES},
-		{"failed fsync of the part", CheckpointFaultFuncs{FileFunc: func(op CheckpointOp, path string) error {
+		{"failed fsync of the part", FaultFuncs{FileFunc: func(op Op, path string) error {
 			if op == OpPartSync && inDir2(path) {
 				return errDisk
 			}
 			return nil
 		}}, errDisk},
-		{"failed fsync of the directory", CheckpointFaultFuncs{FileFunc: func(op CheckpointOp, path string) error {
+		{"failed fsync of the directory", FaultFuncs{FileFunc: func(op Op, path string) error {
 			if op == OpPartSyncDir && inDir2(path) {
 				return errDisk
 			}
 			return nil
 		}}, errDisk},
-		{"failed fsync of the completion", CheckpointFaultFuncs{CommitFunc: func(op CheckpointOp, id int64, _ string) error {
+		{"failed fsync of the completion", FaultFuncs{CommitFunc: func(op Op, id int64, _ string) error {
 			if op == OpComplete && id == 2 {
 				return errDisk
 			}
@@ -752,18 +753,18 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				dir := t.TempDir()
-				s := openDeltaStore(t, dir, CheckpointStoreOptions{Retain: 2, Faults: tc.faults})
+				s := openDeltaStore(t, dir, Options{Retain: 2, Faults: tc.faults})
 				writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 
-				p, err := s.Begin(2, CheckpointMeta{})
+				p, err := s.Begin(2, Meta{})
 				require.NoError(t, err)
 				err = func() error {
-					var w *PartWriter
+					var w PartWriter
 					var err error
 					if delta {
-						w, err = p.CreateDelta("op/a/0", 1)
+						w, err = p.Create("op/a/0", 1)
 					} else {
-						w, err = p.Create("op/a/0")
+						w, err = p.Create("op/a/0", 0)
 					}
 					if err != nil {
 						return err
@@ -795,11 +796,11 @@ func TestCheckpointDeltaPartFaults(t *testing.T) {
 }
 
 // Delta parts written from several goroutines while checkpoints complete
-// and retention (Retain 1) deletes: a base that CreateDelta accepts is
-// never lost, so every Complete after an accepted CreateDelta succeeds,
+// and retention (Retain 1) deletes: a base that Create with a base accepts is
+// never lost, so every Complete after an accepted Create with a base succeeds,
 // and every retained checkpoint verifies with its chains.
 func TestCheckpointDeltaConcurrentRetention(t *testing.T) {
-	s := openDeltaStore(t, t.TempDir(), CheckpointStoreOptions{Retain: 1})
+	s := openDeltaStore(t, t.TempDir(), Options{Retain: 1})
 	writeDelta(t, s, 1, deltaPart{name: "op/a/0", blob: opaque(1, "op/a/0")})
 	var (
 		mu       sync.Mutex
@@ -817,18 +818,18 @@ func TestCheckpointDeltaConcurrentRetention(t *testing.T) {
 				id, base := next, newest
 				next++
 				mu.Unlock()
-				p, err := s.Begin(id, CheckpointMeta{})
-				if errors.Is(err, ErrCheckpointID) {
+				p, err := s.Begin(id, Meta{})
+				if errors.Is(err, ErrID) {
 					continue // a newer one completed first
 				}
 				if err != nil {
 					errs <- err
 					return
 				}
-				w, err := p.CreateDelta("op/a/0", base)
+				w, err := p.Create("op/a/0", base)
 				delta := err == nil
 				if errors.Is(err, ErrDeltaBase) {
-					w, err = p.Create("op/a/0")
+					w, err = p.Create("op/a/0", 0)
 				}
 				if err == nil {
 					_, err = w.Write(opaque(id, "op/a/0"))

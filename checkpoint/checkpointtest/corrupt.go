@@ -1,8 +1,8 @@
-// Package statestoretest damages checkpoint stores the way a disk would,
+// Package checkpointtest damages checkpoint stores the way a disk would,
 // for the tests of the packages that read them (corruption must be
 // detected and reported, never restored). It works through bbolt and the
-// layout of docs/checkpoints.md, not through statestore's API.
-package statestoretest
+// layout of docs/checkpoints.md, not through checkpoint.s API.
+package checkpointtest
 
 import (
 	"encoding/binary"
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // CorruptPart flips a byte in the middle of part name of checkpoint id in
@@ -74,7 +74,7 @@ func corrupt(t testing.TB, path string, id int64, name string) string {
 		require.NotNil(t, files, "part %q", name)
 		ref := files.Get([]byte(name))
 		require.NotNil(t, ref, "part %q", name)
-		file = filepath.Join(filepath.Dir(path), statestore.CheckpointPartsDir, strconv.FormatInt(id, 10), string(ref[8:]))
+		file = filepath.Join(filepath.Dir(path), checkpoint.PartsDir, strconv.FormatInt(id, 10), string(ref[8:]))
 		return nil
 	}))
 	if file != "" {

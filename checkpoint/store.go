@@ -1,4 +1,4 @@
-package statestore
+package checkpoint
 
 import (
 	"cmp"
@@ -22,6 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/eddy-stream/eddy/internal/fsutil"
+	"github.com/eddy-stream/eddy/statestore"
 )
 
 // Checkpoint storage: the durable half of a
@@ -49,18 +50,18 @@ import (
 //     only with every part of its chains.
 
 const (
-	// CheckpointFileName is the checkpoint store's file in its state dir.
-	CheckpointFileName = "checkpoints.db"
+	// FileName is the checkpoint store's file in its state dir.
+	FileName = "checkpoints.db"
 	// checkpointOwnerFile records the process holding the store, for the
 	// error a second process gets.
-	checkpointOwnerFile = CheckpointFileName + ".owner"
+	checkpointOwnerFile = FileName + ".owner"
 
-	// DefaultCheckpointRetain is CheckpointStoreOptions.Retain's default,
+	// DefaultRetain is Options.Retain's default,
 	// as the pipeline file's checkpoint.retain.
-	DefaultCheckpointRetain = 3
-	// DefaultCheckpointLockTimeout is CheckpointStoreOptions.LockTimeout's
+	DefaultRetain = 3
+	// DefaultLockTimeout is Options.LockTimeout's
 	// default.
-	DefaultCheckpointLockTimeout = time.Second
+	DefaultLockTimeout = time.Second
 
 	// MaxPartNameLen bounds a part name (a bbolt key).
 	MaxPartNameLen = 1024
@@ -73,26 +74,26 @@ const (
 	maxBatchItems = 1024
 )
 
-// CheckpointStoreOptions configure OpenCheckpointStore.
-type CheckpointStoreOptions struct {
+// Options configure Open.
+type Options struct {
 	// Retain is the number of completed checkpoints kept (the pipeline
-	// file's checkpoint.retain); 0 means DefaultCheckpointRetain. Keep at
+	// file's checkpoint.retain); 0 means DefaultRetain. Keep at
 	// least 2 so that a corrupt newest checkpoint has one to fall back to.
 	Retain int
 	// Logger gets the warnings (fallback to an older checkpoint, failed
 	// retention) and debug lines (deletions). Default: slog.Default().
 	Logger *slog.Logger
 	// LockTimeout bounds the wait for the file lock that another process
-	// may hold (ErrStateDirLocked). 0 means DefaultCheckpointLockTimeout.
+	// may hold (ErrStateDirLocked). 0 means DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Faults injects failures at the storage seams; tests only. Nil in
 	// production.
-	Faults CheckpointFaults
+	Faults Faults
 }
 
-// CheckpointMeta describes a checkpoint: what Begin is given, and what
+// Meta describes a checkpoint: what Begin is given, and what
 // Checkpoint.Meta returns.
-type CheckpointMeta struct {
+type Meta struct {
 	// Pipeline is the pipeline's name.
 	Pipeline string
 	// FileHash identifies the pipeline file the checkpoint was taken with
@@ -119,10 +120,10 @@ type PartInfo struct {
 	Base int64
 }
 
-// CheckpointInfo is one row of List.
-type CheckpointInfo struct {
+// Info is one row of List.
+type Info struct {
 	ID       int64
-	Time     time.Time // when it was triggered (CheckpointMeta.Time)
+	Time     time.Time // when it was triggered (Meta.Time)
 	Pipeline string
 	Size     int64 // bytes of the parts stored so far, not of their bases
 	Parts    int   // parts stored so far
@@ -133,20 +134,20 @@ type CheckpointInfo struct {
 	Incremental bool
 }
 
-// CheckpointStore stores the checkpoints of one pipeline in one bbolt file,
+// Store stores the checkpoints of one pipeline in one bbolt file,
 // DIR/checkpoints.db, which one process at a time holds open (a file lock).
 //
 // All methods are safe for concurrent use. Write transactions go through a
 // single writer goroutine that group-commits the Puts queued while it
 // commits the previous group, so concurrent Puts share fsyncs.
-type CheckpointStore struct {
+type Store struct {
 	dir         string
 	path        string
 	partsDir    string // of the parts written with Create (checkpoint_files.go)
 	db          *bolt.DB
 	retain      int
 	log         *slog.Logger
-	faults      CheckpointFaults
+	faults      Faults
 	lockTimeout time.Duration
 
 	reqs       chan *writeReq
@@ -155,7 +156,7 @@ type CheckpointStore struct {
 	mu          sync.Mutex
 	closed      bool
 	inflight    sync.WaitGroup // submitted write requests not answered yet
-	active      map[int64]*PendingCheckpoint
+	active      map[int64]*Pending
 	maxComplete int64
 
 	// pinMu guards pins, and is held by retention from its choice of
@@ -165,26 +166,26 @@ type CheckpointStore struct {
 	pins  map[int64]int
 }
 
-// OpenCheckpointStore opens (creating it and dir if needed) the checkpoint
+// Open opens (creating it and dir if needed) the checkpoint
 // store of one pipeline: the bbolt file DIR/checkpoints.db. It waits at most
 // LockTimeout for the file lock, then fails with ErrStateDirLocked naming
 // the process that holds it. Opening deletes incomplete leftovers (from a
 // crash) and checkpoints past retention.
-func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointStore, error) {
+func Open(dir string, opts Options) (*Store, error) {
 	if opts.Retain < 0 {
 		return nil, fmt.Errorf("open checkpoint store in %s: retain %d is negative", dir, opts.Retain)
 	}
-	s := &CheckpointStore{
+	s := &Store{
 		dir:         dir,
-		path:        filepath.Join(dir, CheckpointFileName),
-		partsDir:    filepath.Join(dir, CheckpointPartsDir),
-		retain:      cmp.Or(opts.Retain, DefaultCheckpointRetain),
+		path:        filepath.Join(dir, FileName),
+		partsDir:    filepath.Join(dir, PartsDir),
+		retain:      cmp.Or(opts.Retain, DefaultRetain),
 		log:         opts.Logger,
 		faults:      opts.Faults,
-		lockTimeout: cmp.Or(opts.LockTimeout, DefaultCheckpointLockTimeout),
+		lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout),
 		reqs:        make(chan *writeReq, 64),
 		writerDone:  make(chan struct{}),
-		active:      map[int64]*PendingCheckpoint{},
+		active:      map[int64]*Pending{},
 		pins:        map[int64]int{},
 	}
 	if s.log == nil {
@@ -199,13 +200,13 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 	}
 	_, statErr := os.Stat(s.path)
 	created := errors.Is(statErr, os.ErrNotExist)
-	db, err := openMapped(s.path, &bolt.Options{
+	db, err := statestore.OpenMapped(s.path, &bolt.Options{
 		Timeout:      s.lockTimeout,
 		FreelistType: bolt.FreelistMapType,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("state dir %s is in use by another eddy (%s; its lock on %s was not released within %s): %w",
-			dir, readOwner(filepath.Join(dir, checkpointOwnerFile)), CheckpointFileName, s.lockTimeout, ErrStateDirLocked)
+			dir, readOwner(filepath.Join(dir, checkpointOwnerFile)), FileName, s.lockTimeout, ErrStateDirLocked)
 	}
 	if err != nil {
 		return nil, wrap(err)
@@ -242,14 +243,14 @@ func OpenCheckpointStore(dir string, opts CheckpointStoreOptions) (*CheckpointSt
 }
 
 // Path returns the store's file.
-func (s *CheckpointStore) Path() string { return s.path }
+func (s *Store) Path() string { return s.path }
 
 // Close waits for the writes in flight (and Puts blocked in them), then
 // closes the file and releases the lock. Pending checkpoints stay
 // incomplete (the next open deletes them); Checkpoints read from the store
-// fail with ErrStoreClosed. When ctx ends first, Close returns its error and
+// fail with ErrClosed. When ctx ends first, Close returns its error and
 // the file is closed once the writes finish. Later calls return nil.
-func (s *CheckpointStore) Close(ctx context.Context) error {
+func (s *Store) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -278,14 +279,14 @@ func (s *CheckpointStore) Close(ctx context.Context) error {
 
 // Begin starts writing checkpoint id, which must be positive, not being
 // written already, and greater than every completed checkpoint of the store
-// (ErrCheckpointID): after a restore, continue from the newest id List
+// (ErrID): after a restore, continue from the newest id List
 // shows, plus one. An incomplete leftover with this id is deleted. Nothing
 // is written until the first Put (or Complete). Called by the checkpoint
 // coordinator when it triggers checkpoint id.
-func (s *CheckpointStore) Begin(id int64, meta CheckpointMeta) (*PendingCheckpoint, error) {
+func (s *Store) Begin(id int64, meta Meta) (*Pending, error) {
 	wrap := func(err error) error { return fmt.Errorf("begin checkpoint %d: %w", id, err) }
 	if id <= 0 {
-		return nil, wrap(fmt.Errorf("%w: ids start at 1", ErrCheckpointID))
+		return nil, wrap(fmt.Errorf("%w: ids start at 1", ErrID))
 	}
 	if err := checkCommittables(meta.Committables); err != nil {
 		return nil, wrap(err)
@@ -298,19 +299,19 @@ func (s *CheckpointStore) Begin(id int64, meta CheckpointMeta) (*PendingCheckpoi
 	if err != nil {
 		return nil, wrap(err)
 	}
-	p := &PendingCheckpoint{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}, files: map[string]string{}}
+	p := &Pending{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}, files: map[string]string{}}
 	s.mu.Lock()
 	switch {
 	case s.closed:
 		s.mu.Unlock()
-		return nil, wrap(ErrStoreClosed)
+		return nil, wrap(ErrClosed)
 	case s.active[id] != nil:
 		s.mu.Unlock()
-		return nil, wrap(fmt.Errorf("%w: checkpoint %d is being written already", ErrCheckpointID, id))
+		return nil, wrap(fmt.Errorf("%w: checkpoint %d is being written already", ErrID, id))
 	case id <= s.maxComplete:
 		newest := s.maxComplete
 		s.mu.Unlock()
-		return nil, wrap(fmt.Errorf("%w: checkpoint %d is complete; new ids must be greater", ErrCheckpointID, newest))
+		return nil, wrap(fmt.Errorf("%w: checkpoint %d is complete; new ids must be greater", ErrID, newest))
 	}
 	s.active[id] = p
 	s.mu.Unlock()
@@ -343,7 +344,7 @@ func checkCommittables(c map[string][]byte) error {
 	return nil
 }
 
-func (s *CheckpointStore) deactivate(id int64) {
+func (s *Store) deactivate(id int64) {
 	s.mu.Lock()
 	delete(s.active, id)
 	s.mu.Unlock()
@@ -351,8 +352,8 @@ func (s *CheckpointStore) deactivate(id int64) {
 
 // List returns the checkpoints in the store, complete or not, newest first.
 // It does not verify them (Latest does).
-func (s *CheckpointStore) List() ([]CheckpointInfo, error) {
-	var out []CheckpointInfo
+func (s *Store) List() ([]Info, error) {
+	var out []Info
 	err := s.view(func(tx *bolt.Tx) error {
 		out = listCheckpoints(tx)
 		return nil
@@ -365,8 +366,8 @@ func (s *CheckpointStore) List() ([]CheckpointInfo, error) {
 
 // listCheckpoints reads the rows of List from a read transaction: every
 // checkpoint bucket, complete or not, newest first, unverified.
-func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
-	var out []CheckpointInfo
+func listCheckpoints(tx *bolt.Tx) []Info {
+	var out []Info
 	root := tx.Bucket(bktCheckpoints)
 	c := root.Cursor()
 	for k, v := c.Last(); k != nil; k, v = c.Prev() {
@@ -375,7 +376,7 @@ func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
 			continue // not a checkpoint bucket: ignored, as by Latest
 		}
 		cb := root.Bucket(k)
-		ci := CheckpointInfo{ID: id, Complete: cb.Get(keyMeta) != nil}
+		ci := Info{ID: id, Complete: cb.Get(keyMeta) != nil}
 		if ci.Complete {
 			bases, err := readBases(cb)
 			ci.Incremental = err == nil && len(bases) > 0
@@ -411,11 +412,11 @@ func listCheckpoints(tx *bolt.Tx) []CheckpointInfo {
 // one that does not verify is skipped with a warning naming it and saying
 // why. With no completed checkpoint at all it returns
 // ErrNoCheckpoint; when none verifies, an error wrapping
-// ErrNoValidCheckpoint (and each checkpoint's ErrCheckpointCorrupt) that
+// ErrNoValidCheckpoint (and each checkpoint's ErrCorrupt) that
 // lists what was tried. It reads every byte of the checkpoint it returns
 // and of those it skips. The Checkpoint must be closed; until then,
 // retention keeps it.
-func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
+func (s *Store) Latest(ctx context.Context) (*Checkpoint, error) {
 	var ids []int64
 	incomplete := 0
 	err := s.view(func(tx *bolt.Tx) error {
@@ -454,7 +455,7 @@ func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
 		if err == nil {
 			return cp, nil
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrStoreClosed) {
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 			return nil, fmt.Errorf("latest checkpoint in %s: %w", s.path, err)
 		}
 		errs = append(errs, fmt.Errorf("checkpoint %d: %w", id, err))
@@ -474,7 +475,7 @@ func (s *CheckpointStore) Latest(ctx context.Context) (*Checkpoint, error) {
 // Checkpoint returns completed checkpoint id after verifying it entirely,
 // as Latest does but without falling back (ErrNoCheckpoint when there is
 // no such completed checkpoint).
-func (s *CheckpointStore) Checkpoint(ctx context.Context, id int64) (*Checkpoint, error) {
+func (s *Store) Checkpoint(ctx context.Context, id int64) (*Checkpoint, error) {
 	cp, err := s.open(ctx, id, nil)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.path, err)
@@ -484,7 +485,7 @@ func (s *CheckpointStore) Checkpoint(ctx context.Context, id int64) (*Checkpoint
 
 // open pins checkpoint id (and so, through retention, every checkpoint of
 // its chains) and verifies it; checked is verifyCheckpoint's.
-func (s *CheckpointStore) open(ctx context.Context, id int64, checked map[partKey]error) (*Checkpoint, error) {
+func (s *Store) open(ctx context.Context, id int64, checked map[partKey]error) (*Checkpoint, error) {
 	if err := s.pin(id); err != nil {
 		return nil, err
 	}
@@ -502,28 +503,28 @@ func (s *CheckpointStore) open(ctx context.Context, id int64, checked map[partKe
 }
 
 // view runs fn in a read transaction unless the store is closed.
-func (s *CheckpointStore) view(fn func(*bolt.Tx) error) error {
+func (s *Store) view(fn func(*bolt.Tx) error) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return ErrStoreClosed
+		return ErrClosed
 	}
 	err := s.db.View(fn)
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrStoreClosed
+		return ErrClosed
 	}
 	return err
 }
 
 // pin keeps checkpoint id from retention until unpin, and with it the
 // checkpoints of its chains.
-func (s *CheckpointStore) pin(id int64) error {
+func (s *Store) pin(id int64) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return ErrStoreClosed
+		return ErrClosed
 	}
 	s.pinMu.Lock()
 	s.pins[id]++
@@ -531,7 +532,7 @@ func (s *CheckpointStore) pin(id int64) error {
 	return nil
 }
 
-func (s *CheckpointStore) unpin(id int64) {
+func (s *Store) unpin(id int64) {
 	s.pinMu.Lock()
 	if s.pins[id]--; s.pins[id] <= 0 {
 		delete(s.pins, id)
@@ -539,12 +540,12 @@ func (s *CheckpointStore) unpin(id int64) {
 	s.pinMu.Unlock()
 }
 
-// PendingCheckpoint is a checkpoint being written: parts come in with Put,
+// Pending is a checkpoint being written: parts come in with Put,
 // then Complete makes it visible, or Abort deletes it.
-type PendingCheckpoint struct {
-	s    *CheckpointStore
+type Pending struct {
+	s    *Store
 	id   int64
-	meta CheckpointMeta
+	meta Meta
 	info []byte // the info record, written with the first part
 
 	mu     sync.Mutex
@@ -557,7 +558,7 @@ type PendingCheckpoint struct {
 	// aborted is set by Abort before it waits for puts: the PartWriters
 	// in flight fail their next write (PartWriter.check).
 	aborted atomic.Bool
-	// bases are the pins CreateDelta took on the bases of delta parts,
+	// bases are the pins Create with a base took on the bases of delta parts,
 	// released once the checkpoint is complete (its metadata then keeps
 	// them) or failed.
 	bases []int64
@@ -574,7 +575,7 @@ const (
 )
 
 // ID returns the checkpoint's id.
-func (p *PendingCheckpoint) ID() int64 { return p.id }
+func (p *Pending) ID() int64 { return p.id }
 
 // Put stores one part of the checkpoint, e.g. "op/<step id>/<subtask>" (a
 // task's keyed-state blobs), "src/<source id>/<subtask>" (a source's
@@ -584,8 +585,8 @@ func (p *PendingCheckpoint) ID() int64 { return p.id }
 // in one transaction (one fsync). blob may be reused once Put returns.
 //
 // A part name is stored once (ErrDuplicatePart). A failed Put fails the
-// checkpoint: Complete then returns ErrCheckpointFailed; Abort it.
-func (p *PendingCheckpoint) Put(part string, blob []byte) error {
+// checkpoint: Complete then returns ErrFailed; Abort it.
+func (p *Pending) Put(part string, blob []byte) error {
 	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
 	if len(blob)+partTrailer > bolt.MaxValueSize {
 		return wrap(fmt.Errorf("%w: a blob of %d bytes (at most %d)", ErrInvalidPart, len(blob), bolt.MaxValueSize-partTrailer))
@@ -611,7 +612,7 @@ func (p *PendingCheckpoint) Put(part string, blob []byte) error {
 // open and not failed, the name not taken by a Put or a Create) and, under
 // the same lock, records it with add and counts it in flight: the caller
 // calls p.puts.Done when it is stored or failed.
-func (p *PendingCheckpoint) admit(part string, add func()) error {
+func (p *Pending) admit(part string, add func()) error {
 	if part == "" || len(part) > MaxPartNameLen {
 		return fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen)
 	}
@@ -619,9 +620,9 @@ func (p *PendingCheckpoint) admit(part string, add func()) error {
 	defer p.mu.Unlock()
 	switch {
 	case p.state != pendingCkptOpen:
-		return ErrCheckpointFinished
+		return ErrFinished
 	case p.err != nil:
-		return fmt.Errorf("%w: %w", ErrCheckpointFailed, p.err)
+		return fmt.Errorf("%w: %w", ErrFailed, p.err)
 	}
 	_, put := p.parts[part]
 	if _, created := p.files[part]; put || created {
@@ -635,11 +636,11 @@ func (p *PendingCheckpoint) admit(part string, add func()) error {
 // SetCommittable adds (or replaces) a committable: a small value kept in
 // the metadata record, such as a two-phase-commit sink's pre-committed
 // transaction. Safe for concurrent use; must precede Complete.
-func (p *PendingCheckpoint) SetCommittable(key string, value []byte) error {
+func (p *Pending) SetCommittable(key string, value []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state != pendingCkptOpen {
-		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, ErrCheckpointFinished)
+		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, ErrFinished)
 	}
 	next := maps.Clone(p.meta.Committables)
 	if next == nil {
@@ -653,7 +654,7 @@ func (p *PendingCheckpoint) SetCommittable(key string, value []byte) error {
 	return nil
 }
 
-func (p *PendingCheckpoint) fail(err error) {
+func (p *Pending) fail(err error) {
 	p.mu.Lock()
 	if p.err == nil {
 		p.err = err
@@ -661,7 +662,7 @@ func (p *PendingCheckpoint) fail(err error) {
 	p.mu.Unlock()
 }
 
-func (p *PendingCheckpoint) setState(st pendingCkptState) {
+func (p *Pending) setState(st pendingCkptState) {
 	p.mu.Lock()
 	p.state = st
 	p.mu.Unlock()
@@ -678,12 +679,12 @@ func (p *PendingCheckpoint) setState(st pendingCkptState) {
 // ctx bounds the wait for Puts and for the writer; a commit that started is
 // waited for. When Complete fails, the checkpoint is not complete and never
 // will be: Abort it (retention deletes it otherwise).
-func (p *PendingCheckpoint) Complete(ctx context.Context) error {
+func (p *Pending) Complete(ctx context.Context) error {
 	wrap := func(err error) error { return fmt.Errorf("complete checkpoint %d: %w", p.id, err) }
 	p.mu.Lock()
 	if p.state != pendingCkptOpen {
 		p.mu.Unlock()
-		return wrap(ErrCheckpointFinished)
+		return wrap(ErrFinished)
 	}
 	p.state = pendingCkptCompleting
 	p.mu.Unlock()
@@ -704,7 +705,7 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 	meta := p.meta
 	p.mu.Unlock()
 	if firstErr != nil {
-		return fail(fmt.Errorf("%w: %w", ErrCheckpointFailed, firstErr))
+		return fail(fmt.Errorf("%w: %w", ErrFailed, firstErr))
 	}
 	if len(files) > 0 {
 		if err := p.s.syncPartFiles(p.id, files, parts); err != nil {
@@ -751,7 +752,7 @@ func (p *PendingCheckpoint) Complete(ctx context.Context) error {
 // the metadata of a completed checkpoint keeps them from then on (the
 // writer releases them as it commits the metadata, before retention
 // runs), and a failed one needs them no more.
-func (p *PendingCheckpoint) releaseBases() {
+func (p *Pending) releaseBases() {
 	p.mu.Lock()
 	bases := p.bases
 	p.bases = nil
@@ -767,7 +768,7 @@ func (p *PendingCheckpoint) releaseBases() {
 // a no-op after a successful Complete (so `defer p.Abort()` is fine) and
 // after another Abort. When the deletion fails, retention deletes the data
 // later.
-func (p *PendingCheckpoint) Abort() error {
+func (p *Pending) Abort() error {
 	p.mu.Lock()
 	switch p.state {
 	case pendingCkptCompleted, pendingCkptAborted:
@@ -775,7 +776,7 @@ func (p *PendingCheckpoint) Abort() error {
 		return nil
 	case pendingCkptCompleting:
 		p.mu.Unlock()
-		return fmt.Errorf("abort checkpoint %d: %w: Complete is running", p.id, ErrCheckpointFinished)
+		return fmt.Errorf("abort checkpoint %d: %w: Complete is running", p.id, ErrFinished)
 	}
 	p.state = pendingCkptAborted
 	p.aborted.Store(true)
@@ -811,8 +812,8 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 type Checkpoint struct {
 	rec      *ckptRecord
 	db       *bolt.DB
-	store    *CheckpointStore // nil for a savepoint, whose db the Checkpoint owns
-	partsDir string           // the store's part files; "" for a savepoint
+	store    *Store // nil for a savepoint, whose db the Checkpoint owns
+	partsDir string // the store's part files; "" for a savepoint
 
 	mu     sync.Mutex
 	closed bool
@@ -824,7 +825,7 @@ func (c *Checkpoint) ID() int64 { return c.rec.id }
 
 // Meta returns the checkpoint's metadata. The committables map is shared:
 // do not modify it.
-func (c *Checkpoint) Meta() CheckpointMeta { return c.rec.meta }
+func (c *Checkpoint) Meta() Meta { return c.rec.meta }
 
 // CompletedAt returns when Complete wrote the metadata.
 func (c *Checkpoint) CompletedAt() time.Time { return c.rec.completed }
@@ -838,7 +839,7 @@ func (c *Checkpoint) Size() int64 { return c.rec.size }
 func (c *Checkpoint) Parts() []PartInfo { return slices.Clone(c.rec.parts) }
 
 // Get returns a copy of one part's blob, checked against its checksum and
-// the metadata (ErrCheckpointCorrupt), or ErrPartNotFound. For a delta part
+// the metadata (ErrCorrupt), or ErrPartNotFound. For a delta part
 // it reads every part of the chain, each checked so, and returns them
 // merged: the whole part, as a full snapshot would have written it.
 func (c *Checkpoint) Get(part string) ([]byte, error) {
@@ -851,7 +852,7 @@ func (c *Checkpoint) Get(part string) ([]byte, error) {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return nil, wrap(ErrStoreClosed)
+		return nil, wrap(ErrClosed)
 	}
 	view := c.db.View
 	if c.store != nil {
@@ -904,7 +905,7 @@ func (c *Checkpoint) Err() error {
 
 // Close releases the checkpoint: retention may delete it (and the
 // checkpoints of its chains that nothing else needs) again, and a
-// savepoint's file is closed. Later reads fail with ErrStoreClosed.
+// savepoint's file is closed. Later reads fail with ErrClosed.
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -932,24 +933,24 @@ const (
 
 type writeReq struct {
 	op    writeOp
-	p     *PendingCheckpoint
+	p     *Pending
 	id    int64
 	part  string
 	value []byte            // wPut: the part value; wComplete: the metadata record
 	parts []PartInfo        // wComplete: the parts the metadata lists
 	files map[string]string // wComplete: the parts in files, name -> file
 	ctx   context.Context
-	ids   []int64      // wDelete
-	fault CheckpointOp // wDelete: OpAbort or OpRetain
+	ids   []int64 // wDelete
+	fault Op      // wDelete: OpAbort or OpRetain
 	done  chan error
 }
 
 // submit hands r to the writer and waits for its result.
-func (s *CheckpointStore) submit(r *writeReq) error {
+func (s *Store) submit(r *writeReq) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrStoreClosed
+		return ErrClosed
 	}
 	s.inflight.Add(1)
 	s.mu.Unlock()
@@ -959,7 +960,7 @@ func (s *CheckpointStore) submit(r *writeReq) error {
 	return <-r.done
 }
 
-func (s *CheckpointStore) writer() {
+func (s *Store) writer() {
 	defer close(s.writerDone)
 	var next *writeReq
 	for {
@@ -1013,7 +1014,7 @@ func (s *CheckpointStore) writer() {
 
 // ckptBucketForWrite returns the bucket of pending checkpoint p, creating
 // it (with its info record) on the first write.
-func ckptBucketForWrite(tx *bolt.Tx, p *PendingCheckpoint) (*bolt.Bucket, error) {
+func ckptBucketForWrite(tx *bolt.Tx, p *Pending) (*bolt.Bucket, error) {
 	root := tx.Bucket(bktCheckpoints)
 	cb := root.Bucket(ckptKey(p.id))
 	if cb != nil {
@@ -1035,7 +1036,7 @@ func ckptBucketForWrite(tx *bolt.Tx, p *PendingCheckpoint) (*bolt.Bucket, error)
 	return cb, nil
 }
 
-func (s *CheckpointStore) writePuts(batch []*writeReq) error {
+func (s *Store) writePuts(batch []*writeReq) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		for _, r := range batch {
 			cb, err := ckptBucketForWrite(tx, r.p)
@@ -1058,7 +1059,7 @@ func (s *CheckpointStore) writePuts(batch []*writeReq) error {
 // writeComplete writes the metadata of a completed checkpoint and applies
 // retention; it returns the checkpoints whose part files are still to be
 // removed (applyRetention's).
-func (s *CheckpointStore) writeComplete(r *writeReq) ([]int64, error) {
+func (s *Store) writeComplete(r *writeReq) ([]int64, error) {
 	if err := r.ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -1082,7 +1083,7 @@ func (s *CheckpointStore) writeComplete(r *writeReq) ([]int64, error) {
 				continue
 			}
 			if v := pb.Get([]byte(pi.Name)); v == nil || int64(len(v)-partTrailer) != pi.Size {
-				return fmt.Errorf("%w: part %q is not stored as written", ErrCheckpointCorrupt, pi.Name)
+				return fmt.Errorf("%w: part %q is not stored as written", ErrCorrupt, pi.Name)
 			}
 		}
 		n := len(r.files)
@@ -1091,7 +1092,7 @@ func (s *CheckpointStore) writeComplete(r *writeReq) ([]int64, error) {
 			n++
 		}
 		if n != len(r.parts) {
-			return fmt.Errorf("%w: %d parts stored, %d written", ErrCheckpointCorrupt, n, len(r.parts))
+			return fmt.Errorf("%w: %d parts stored, %d written", ErrCorrupt, n, len(r.parts))
 		}
 		// The bases are pinned, so this holds unless something else
 		// deleted them: never reference a base that is gone.
@@ -1128,7 +1129,7 @@ func (s *CheckpointStore) writeComplete(r *writeReq) ([]int64, error) {
 
 // deleteCheckpoints deletes checkpoints ids in one transaction, then their
 // part files.
-func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error {
+func (s *Store) deleteCheckpoints(ids []int64, op Op) error {
 	err := s.deleteRecords(ids, op)
 	if err == nil {
 		s.removePartFiles(ids)
@@ -1138,7 +1139,7 @@ func (s *CheckpointStore) deleteCheckpoints(ids []int64, op CheckpointOp) error 
 
 // deleteRecords deletes checkpoints ids in one transaction, leaving their
 // part files.
-func (s *CheckpointStore) deleteRecords(ids []int64, op CheckpointOp) error {
+func (s *Store) deleteRecords(ids []int64, op Op) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		root := tx.Bucket(bktCheckpoints)
 		for _, id := range ids {
@@ -1161,7 +1162,7 @@ func (s *CheckpointStore) deleteRecords(ids []int64, op CheckpointOp) error {
 }
 
 // applyRetention deletes the completed checkpoints past the newest Retain,
-// and incomplete ones that no PendingCheckpoint of this store is writing
+// and incomplete ones that no Pending of this store is writing
 // (aborted, failed, leftovers of a crash), and the part files of
 // checkpoints the store does not hold. It keeps pinned checkpoints (read by
 // a Checkpoint or an export, or the base of a pending checkpoint's delta
@@ -1175,7 +1176,7 @@ func (s *CheckpointStore) deleteRecords(ids []int64, op CheckpointOp) error {
 // can never be written again (Begin refuses ids up to the newest
 // completed one), so removing their directories later cannot hit a new
 // checkpoint's files; the directories of the others go at once.
-func (s *CheckpointStore) applyRetention() (later []int64) {
+func (s *Store) applyRetention() (later []int64) {
 	s.pinMu.Lock()
 	defer s.pinMu.Unlock()
 	// The directories first: one created after this listing belongs to a
