@@ -351,3 +351,77 @@ func BenchmarkKeyedUpdateBackends(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMapState: a read-modify-write (Get + Put) of one of 4 map
+// entries per key, round-robin over 10,000 keys, without and with a TTL
+// (whose entries expire one by one); "iterate" ranges over a key's map.
+func BenchmarkMapState(b *testing.B) {
+	forEachBackendB(b, func(b *testing.B, open func(testing.TB, statestore.Options) statestore.Backend) {
+		for _, ttl := range []time.Duration{0, time.Hour} {
+			b.Run("ttl="+ttl.String(), func(b *testing.B) {
+				be := benchBackend(b, open)
+				s, err := statestore.RegisterMap(be, statestore.MapDescriptor[int, int64]{Name: "m", TTL: ttl})
+				require.NoError(b, err)
+				ks := keys(10_000)
+				for _, k := range ks {
+					for e := range 4 {
+						s.Put(k, "", e, 0)
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					k, e := ks[i%len(ks)], (i/len(ks))&3
+					v, _ := s.Get(k, "", e)
+					s.Put(k, "", e, v+1)
+				}
+				reportRate(b, "updates")
+			})
+		}
+		b.Run("iterate", func(b *testing.B) {
+			be := benchBackend(b, open)
+			s, err := statestore.RegisterMap(be, statestore.MapDescriptor[int, int64]{Name: "m"})
+			require.NoError(b, err)
+			ks := keys(10_000)
+			for _, k := range ks {
+				for e := range 4 {
+					s.Put(k, "", e, int64(e))
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var sum int64
+			for i := 0; i < b.N; i++ {
+				for _, v := range s.Iterate(ks[i%len(ks)], "") {
+					sum += v
+				}
+			}
+			if sum == 0 {
+				b.Fatal("iterated nothing")
+			}
+		})
+	})
+}
+
+// BenchmarkListState: a count window's buffer, round-robin over 10,000
+// keys: each op reads the key's list and appends to it, or clears it once
+// it holds 16 elements.
+func BenchmarkListState(b *testing.B) {
+	forEachBackendB(b, func(b *testing.B, open func(testing.TB, statestore.Options) statestore.Backend) {
+		be := benchBackend(b, open)
+		s, err := statestore.RegisterList(be, statestore.ListDescriptor[int64]{Name: "buf"})
+		require.NoError(b, err)
+		ks := keys(10_000)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			k := ks[i%len(ks)]
+			if len(s.Get(k, "")) >= 16 {
+				s.Clear(k, "")
+				continue
+			}
+			s.Add(k, "", int64(i))
+		}
+		reportRate(b, "records")
+	})
+}

@@ -242,7 +242,10 @@ func (e *boltEntry[S]) removeAt(i int) {
 
 // boltTable is the bbolt backend's storage of one state: its bucket and the
 // cached entries of its keys. Its methods mirror table's (the memory
-// backend's), so that the handles read the same.
+// backend's): the handles reach either through slots (handles.go). Values
+// live in the cache, which snapshots never share (they read the file), so
+// nothing is copied on write; a method marks an entry dirty whenever it
+// takes a slot for writing (upsert, writableSlot, remove, merge).
 type boltTable[S any] struct {
 	b       *Bolt
 	spec    stateSpec
@@ -430,6 +433,22 @@ func (t *boltTable[S]) writableSlot(key, ns string) *boltSlot[S] {
 	p := t.value(e, i)
 	t.markDirty(e, p)
 	return p
+}
+
+// pin returns the value of (key, ns) for an iteration over it, or nil, and
+// pins key's entry: the cache keeps it until the pin is released, so that
+// the value ranged over is the one the body's writes change.
+func (t *boltTable[S]) pin(key, ns string) (*S, pinned) {
+	e := t.entry(key)
+	if e == nil {
+		return nil, pinned{}
+	}
+	i := e.find(ns)
+	if i < 0 {
+		return nil, pinned{}
+	}
+	e.pins++
+	return &t.value(e, i).v, pinned{&e.pins}
 }
 
 // remove deletes (key, ns).

@@ -1,72 +1,245 @@
 package statestore
 
 import (
+	"fmt"
 	"iter"
 	"maps"
 )
 
-// The memory backend's state handles. Each embeds its table, which provides
-// Name, Kind, Clear, Namespaces and Keys.
+// The state handles, one implementation for both backends over slots: the
+// value of a (state, key, namespace) read, created, written, deleted,
+// merged, or pinned for an iteration. A handle reaches its backend's table
+// through a branch, not an interface, and allocates nothing per access.
 
-type memValue[T any] struct{ *table[T] }
+// slots is a state's storage as its handle sees it: the table of the memory
+// backend (mem) or of the bbolt backend (bolt), exactly one of them set.
+// Each method does what the table's method of the same role does (see
+// table's), returning the slot's value. A pointer it returns is valid until
+// the next write to the state; the value behind one from lookup or read
+// must not be written.
+type slots[S any] struct {
+	mem  *table[S]
+	bolt *boltTable[S]
+	spec stateSpec
+}
 
-func (s *memValue[T]) Get(key, ns string) (T, bool) {
-	p := s.readSlot(key, ns)
+// registerState registers the state spec on b with the handle wrap makes of
+// its slots, or returns the handle already registered under its name.
+// fn.copy only serves the memory backend, whose snapshots share values with
+// the live state.
+func registerState[S, H any](b Backend, spec stateSpec, fn tableFuncs[S], wrap func(slots[S]) H) (H, error) {
+	switch be := b.(type) {
+	case *Memory:
+		return register(be, spec, fn, func(t *table[S]) H { return wrap(slots[S]{mem: t, spec: spec}) })
+	case *Bolt:
+		fn.copy = nil // the cache is never shared with a snapshot
+		return registerBolt(be, spec, fn, func(t *boltTable[S]) H { return wrap(slots[S]{bolt: t, spec: spec}) })
+	}
+	var zero H
+	return zero, fmt.Errorf("register state %q: backend %T not supported", spec.name, b)
+}
+
+// Name, Kind, Clear, Namespaces and Keys implement State for every handle.
+
+func (s *slots[S]) Name() string         { return s.spec.name }
+func (s *slots[S]) Kind() Kind           { return s.spec.kind }
+func (s *slots[S]) Clear(key, ns string) { s.remove(key, ns) }
+
+func (s *slots[S]) Namespaces(key string) iter.Seq[string] {
+	if s.mem != nil {
+		return s.mem.Namespaces(key)
+	}
+	return s.bolt.Namespaces(key)
+}
+
+func (s *slots[S]) Keys(group int) iter.Seq[string] {
+	if s.mem != nil {
+		return s.mem.Keys(group)
+	}
+	return s.bolt.Keys(group)
+}
+
+// clock returns the backend's time in milliseconds.
+func (s *slots[S]) clock() int64 {
+	if s.mem != nil {
+		return s.mem.m.clock()
+	}
+	return s.bolt.b.clock()
+}
+
+// now reads the clock when the state has a TTL, and returns 0 otherwise.
+func (s *slots[S]) now() int64 {
+	if s.spec.ttl > 0 {
+		return s.clock()
+	}
+	return 0
+}
+
+// lookup returns the value of (key, ns) for reading, or nil, whether its
+// TTL ran out or not.
+func (s *slots[S]) lookup(key, ns string) *S {
+	if s.mem != nil {
+		if p := s.mem.lookup(key, ns); p != nil {
+			return &p.v
+		}
+		return nil
+	}
+	if p := s.bolt.lookup(key, ns); p != nil {
+		return &p.v
+	}
+	return nil
+}
+
+// read returns the value of (key, ns) at a read access, or nil when it is
+// absent or expired; see table.readSlot.
+func (s *slots[S]) read(key, ns string) *S {
+	if s.mem != nil {
+		if p := s.mem.readSlot(key, ns); p != nil {
+			return &p.v
+		}
+		return nil
+	}
+	if p := s.bolt.readSlot(key, ns); p != nil {
+		return &p.v
+	}
+	return nil
+}
+
+// upsert returns the writable value of (key, ns), creating it; fresh
+// reports one that is new or had expired (it then holds the zero value).
+// It returns nil for a key outside the backend's range (the failure is
+// recorded).
+func (s *slots[S]) upsert(key, ns string) (v *S, fresh bool) {
+	if s.mem != nil {
+		p, fresh := s.mem.upsert(key, ns)
+		if p == nil {
+			return nil, false
+		}
+		return &p.v, fresh
+	}
+	p, fresh := s.bolt.upsert(key, ns)
+	if p == nil {
+		return nil, false
+	}
+	return &p.v, fresh
+}
+
+// writable returns the writable value of an existing (key, ns), or nil.
+func (s *slots[S]) writable(key, ns string) *S {
+	if s.mem != nil {
+		if p := s.mem.writableSlot(key, ns); p != nil {
+			return &p.v
+		}
+		return nil
+	}
+	if p := s.bolt.writableSlot(key, ns); p != nil {
+		return &p.v
+	}
+	return nil
+}
+
+// remove deletes (key, ns).
+func (s *slots[S]) remove(key, ns string) {
+	if s.mem != nil {
+		s.mem.remove(key, ns)
+		return
+	}
+	s.bolt.remove(key, ns)
+}
+
+// merge folds the unexpired values of sources into target with fold (have
+// says whether acc holds target's value yet) and deletes the sources.
+func (s *slots[S]) merge(key, target string, sources []string, fold func(acc S, have bool, src S) S) {
+	if s.mem != nil {
+		s.mem.merge(key, target, sources, fold)
+		return
+	}
+	s.bolt.merge(key, target, sources, fold)
+}
+
+// pin returns the value of (key, ns) for an iteration over it, or nil; the
+// caller releases the pin when the iteration ends. While pinned, the value
+// is the one that the body's writes to (key, ns) change (in place or, in
+// the memory backend, in a copy, leaving the value ranged over intact).
+func (s *slots[S]) pin(key, ns string) (*S, pinned) {
+	if s.mem != nil {
+		if p := s.mem.lookup(key, ns); p != nil {
+			return &p.v, pinned{}
+		}
+		return nil, pinned{}
+	}
+	return s.bolt.pin(key, ns)
+}
+
+// pinned holds a bbolt cache entry in the cache until released (see
+// boltTable.pin); the zero pinned holds nothing.
+type pinned struct{ pins *int }
+
+func (p pinned) release() {
+	if p.pins != nil {
+		*p.pins--
+	}
+}
+
+type valueHandle[T any] struct{ slots[T] }
+
+func (h *valueHandle[T]) Get(key, ns string) (T, bool) {
+	p := h.read(key, ns)
 	if p == nil {
 		var zero T
 		return zero, false
 	}
-	return p.v, true
+	return *p, true
 }
 
-func (s *memValue[T]) Put(key, ns string, v T) {
-	if p, _ := s.upsert(key, ns); p != nil {
-		p.v = v
+func (h *valueHandle[T]) Put(key, ns string, v T) {
+	if p, _ := h.upsert(key, ns); p != nil {
+		*p = v
 	}
 }
 
-func (s *memValue[T]) Delete(key, ns string) { s.remove(key, ns) }
+func (h *valueHandle[T]) Delete(key, ns string) { h.remove(key, ns) }
 
-type memList[T any] struct{ *table[[]T] }
+type listHandle[T any] struct{ slots[[]T] }
 
-func (s *memList[T]) Get(key, ns string) []T {
-	p := s.readSlot(key, ns)
+func (h *listHandle[T]) Get(key, ns string) []T {
+	p := h.read(key, ns)
 	if p == nil {
 		return nil
 	}
-	return p.v[:len(p.v):len(p.v)]
+	return (*p)[:len(*p):len(*p)]
 }
 
-// Appending is safe although a snapshot may share the backing array: a list
-// only ever grows past the length a snapshot saw, or is replaced.
+// Appending is safe although a memory snapshot may share the backing array:
+// a list only ever grows past the length a snapshot saw, or is replaced.
 
-func (s *memList[T]) Add(key, ns string, v T) {
-	if p, _ := s.upsert(key, ns); p != nil {
-		p.v = append(p.v, v)
+func (h *listHandle[T]) Add(key, ns string, v T) {
+	if p, _ := h.upsert(key, ns); p != nil {
+		*p = append(*p, v)
 	}
 }
 
-func (s *memList[T]) AddAll(key, ns string, vs []T) {
+func (h *listHandle[T]) AddAll(key, ns string, vs []T) {
 	if len(vs) == 0 {
 		return
 	}
-	if p, _ := s.upsert(key, ns); p != nil {
-		p.v = append(p.v, vs...)
+	if p, _ := h.upsert(key, ns); p != nil {
+		*p = append(*p, vs...)
 	}
 }
 
-func (s *memList[T]) Update(key, ns string, vs []T) {
+func (h *listHandle[T]) Update(key, ns string, vs []T) {
 	if len(vs) == 0 {
-		s.remove(key, ns)
+		h.remove(key, ns)
 		return
 	}
-	if p, _ := s.upsert(key, ns); p != nil {
-		p.v = append([]T(nil), vs...)
+	if p, _ := h.upsert(key, ns); p != nil {
+		*p = append([]T(nil), vs...)
 	}
 }
 
-func (s *memList[T]) MergeNamespaces(key, target string, sources ...string) {
-	s.merge(key, target, sources, func(acc []T, _ bool, src []T) []T { return append(acc, src...) })
+func (h *listHandle[T]) MergeNamespaces(key, target string, sources ...string) {
+	h.merge(key, target, sources, func(acc []T, _ bool, src []T) []T { return append(acc, src...) })
 }
 
 // mapItem is one entry of a MapState's map; TS is its TTL time.
@@ -74,6 +247,19 @@ type mapItem[V any] struct {
 	_  struct{} `cbor:",toarray"`
 	V  V
 	TS int64
+}
+
+// countMapItems returns the numbers of entries of m alive and expired at
+// now under TTL ttl (> 0).
+func countMapItems[K comparable, V any](m map[K]mapItem[V], now, ttl int64) (alive, expired int) {
+	for _, it := range m {
+		if now-it.TS >= ttl {
+			expired++
+		} else {
+			alive++
+		}
+	}
+	return alive, expired
 }
 
 func mapTableFuncs[K comparable, V any](ttl int64) tableFuncs[map[K]mapItem[V]] {
@@ -91,14 +277,7 @@ func mapTableFuncs[K comparable, V any](ttl int64) tableFuncs[map[K]mapItem[V]] 
 		return fn
 	}
 	fn.count = func(m map[K]mapItem[V], now int64) (alive, expired int) {
-		for _, it := range m {
-			if now-it.TS >= ttl {
-				expired++
-			} else {
-				alive++
-			}
-		}
-		return alive, expired
+		return countMapItems(m, now, ttl)
 	}
 	fn.purge = func(m map[K]mapItem[V], now int64) int {
 		n := 0
@@ -134,77 +313,78 @@ func mapTableFuncs[K comparable, V any](ttl int64) tableFuncs[map[K]mapItem[V]] 
 	return fn
 }
 
-type memMap[K comparable, V any] struct {
-	*table[map[K]mapItem[V]]
+// mapHandle keeps a map per slot; its TTL applies to each map entry on its
+// own (the slots themselves have none).
+type mapHandle[K comparable, V any] struct {
+	slots[map[K]mapItem[V]]
 }
 
-func (s *memMap[K, V]) Get(key, ns string, k K) (V, bool) {
+func (h *mapHandle[K, V]) Get(key, ns string, k K) (V, bool) {
 	var zero V
-	p := s.lookup(key, ns)
+	p := h.lookup(key, ns)
 	if p == nil {
 		return zero, false
 	}
-	it, ok := p.v[k]
+	it, ok := (*p)[k]
 	if !ok {
 		return zero, false
 	}
-	if s.spec.ttl > 0 {
-		now := s.m.clock()
-		if now-it.TS >= s.spec.ttl {
-			s.Delete(key, ns, k)
+	if h.spec.ttl > 0 {
+		now := h.clock()
+		if now-it.TS >= h.spec.ttl {
+			h.Delete(key, ns, k)
 			return zero, false
 		}
-		if s.spec.updateOnRead {
-			p = s.writableSlot(key, ns)
+		if h.spec.updateOnRead {
 			it.TS = now
-			p.v[k] = it
+			(*h.writable(key, ns))[k] = it
 		}
 	}
 	return it.V, true
 }
 
-func (s *memMap[K, V]) Contains(key, ns string, k K) bool {
-	_, ok := s.Get(key, ns, k)
+func (h *mapHandle[K, V]) Contains(key, ns string, k K) bool {
+	_, ok := h.Get(key, ns, k)
 	return ok
 }
 
-func (s *memMap[K, V]) Put(key, ns string, k K, v V) {
-	p, _ := s.upsert(key, ns)
+func (h *mapHandle[K, V]) Put(key, ns string, k K, v V) {
+	p, _ := h.upsert(key, ns)
 	if p == nil {
 		return
 	}
-	if p.v == nil {
-		p.v = make(map[K]mapItem[V])
+	if *p == nil {
+		*p = make(map[K]mapItem[V])
 	}
-	p.v[k] = mapItem[V]{V: v, TS: s.now()}
+	(*p)[k] = mapItem[V]{V: v, TS: h.now()}
 }
 
-func (s *memMap[K, V]) Delete(key, ns string, k K) {
-	p := s.lookup(key, ns)
+func (h *mapHandle[K, V]) Delete(key, ns string, k K) {
+	p := h.lookup(key, ns)
 	if p == nil {
 		return
 	}
-	if _, ok := p.v[k]; !ok {
+	if _, ok := (*p)[k]; !ok {
 		return
 	}
-	if len(p.v) == 1 {
-		s.remove(key, ns)
+	if len(*p) == 1 {
+		h.remove(key, ns)
 		return
 	}
-	delete(s.writableSlot(key, ns).v, k)
+	delete(*h.writable(key, ns), k)
 }
 
-func (s *memMap[K, V]) Iterate(key, ns string) iter.Seq2[K, V] {
+func (h *mapHandle[K, V]) Iterate(key, ns string) iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) {
-		p := s.lookup(key, ns)
+		p, pinned := h.pin(key, ns)
 		if p == nil {
 			return
 		}
-		now := s.now()
-		// p.v stays valid while the body deletes: a write either changes
-		// this map in place (allowed during range) or a copy of it.
-		for k, it := range p.v {
-			if s.spec.ttl > 0 && now-it.TS >= s.spec.ttl {
+		defer pinned.release()
+		m := *p
+		now := h.now()
+		for k, it := range m {
+			if h.spec.ttl > 0 && now-it.TS >= h.spec.ttl {
 				continue
 			}
 			if !yield(k, it.V) {
@@ -214,91 +394,91 @@ func (s *memMap[K, V]) Iterate(key, ns string) iter.Seq2[K, V] {
 	}
 }
 
-func (s *memMap[K, V]) Len(key, ns string) int {
-	p := s.lookup(key, ns)
+func (h *mapHandle[K, V]) Len(key, ns string) int {
+	p := h.lookup(key, ns)
 	if p == nil {
 		return 0
 	}
-	if s.fn.count == nil {
-		return len(p.v)
+	if h.spec.ttl == 0 {
+		return len(*p)
 	}
-	a, _ := s.fn.count(p.v, s.m.clock())
+	a, _ := countMapItems(*p, h.clock(), h.spec.ttl)
 	return a
 }
 
-type memReducing[T any] struct {
-	*table[T]
+type reducingHandle[T any] struct {
+	slots[T]
 	reduce func(acc, v T) T
 }
 
-func (s *memReducing[T]) Get(key, ns string) (T, bool) {
-	p := s.readSlot(key, ns)
+func (h *reducingHandle[T]) Get(key, ns string) (T, bool) {
+	p := h.read(key, ns)
 	if p == nil {
 		var zero T
 		return zero, false
 	}
-	return p.v, true
+	return *p, true
 }
 
-func (s *memReducing[T]) Add(key, ns string, v T) {
-	p, fresh := s.upsert(key, ns)
+func (h *reducingHandle[T]) Add(key, ns string, v T) {
+	p, fresh := h.upsert(key, ns)
 	switch {
 	case p == nil:
 	case fresh:
-		p.v = v
+		*p = v
 	default:
-		p.v = s.reduce(p.v, v)
+		*p = h.reduce(*p, v)
 	}
 }
 
-func (s *memReducing[T]) MergeNamespaces(key, target string, sources ...string) {
-	s.merge(key, target, sources, func(acc T, have bool, src T) T {
+func (h *reducingHandle[T]) MergeNamespaces(key, target string, sources ...string) {
+	h.merge(key, target, sources, func(acc T, have bool, src T) T {
 		if !have {
 			return src
 		}
-		return s.reduce(acc, src)
+		return h.reduce(acc, src)
 	})
 }
 
-type memAggregating[IN, ACC, OUT any] struct {
-	*table[ACC]
+type aggregatingHandle[IN, ACC, OUT any] struct {
+	slots[ACC]
 	d AggregatingDescriptor[IN, ACC, OUT]
 }
 
-func (s *memAggregating[IN, ACC, OUT]) Get(key, ns string) (OUT, bool) {
-	p := s.readSlot(key, ns)
+func (h *aggregatingHandle[IN, ACC, OUT]) Get(key, ns string) (OUT, bool) {
+	p := h.read(key, ns)
 	if p == nil {
 		var zero OUT
 		return zero, false
 	}
-	return s.d.Result(p.v), true
+	return h.d.Result(*p), true
 }
 
-func (s *memAggregating[IN, ACC, OUT]) Accumulator(key, ns string) (ACC, bool) {
-	p := s.readSlot(key, ns)
+func (h *aggregatingHandle[IN, ACC, OUT]) Accumulator(key, ns string) (ACC, bool) {
+	p := h.read(key, ns)
 	if p == nil {
 		var zero ACC
 		return zero, false
 	}
-	return p.v, true
+	return *p, true
 }
 
-func (s *memAggregating[IN, ACC, OUT]) Add(key, ns string, in IN) {
-	p, fresh := s.upsert(key, ns)
+func (h *aggregatingHandle[IN, ACC, OUT]) Add(key, ns string, in IN) {
+	p, fresh := h.upsert(key, ns)
 	if p == nil {
 		return
 	}
-	if fresh && s.d.Create != nil {
-		p.v = s.d.Create()
+	if fresh && h.d.Create != nil {
+		*p = h.d.Create()
 	}
-	p.v = s.d.Add(p.v, in)
+	*p = h.d.Add(*p, in)
 }
 
-func (s *memAggregating[IN, ACC, OUT]) MergeNamespaces(key, target string, sources ...string) {
-	s.merge(key, target, sources, func(acc ACC, have bool, src ACC) ACC {
+func (h *aggregatingHandle[IN, ACC, OUT]) MergeNamespaces(key, target string, sources ...string) {
+	h.merge(key, target, sources, func(acc ACC, have bool, src ACC) ACC {
 		if !have {
 			return src
 		}
-		return s.d.Merge(acc, src)
+		return h.d.Merge(acc, src)
 	})
 }

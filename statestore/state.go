@@ -156,17 +156,9 @@ func RegisterValue[T any](b Backend, d ValueDescriptor[T]) (ValueState[T], error
 	if err != nil {
 		return nil, err
 	}
-	switch be := b.(type) {
-	case *Memory:
-		return register(be, spec, tableFuncs[T]{copy: d.Copy}, func(t *table[T]) ValueState[T] {
-			return &memValue[T]{t}
-		})
-	case *Bolt:
-		return registerBolt(be, spec, tableFuncs[T]{}, func(t *boltTable[T]) ValueState[T] {
-			return &boltValue[T]{t}
-		})
-	}
-	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
+	return registerState(b, spec, tableFuncs[T]{copy: d.Copy}, func(s slots[T]) ValueState[T] {
+		return &valueHandle[T]{s}
+	})
 }
 
 // RegisterList registers a ListState; see RegisterValue.
@@ -175,17 +167,9 @@ func RegisterList[T any](b Backend, d ListDescriptor[T]) (ListState[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	switch be := b.(type) {
-	case *Memory:
-		return register(be, spec, tableFuncs[[]T]{}, func(t *table[[]T]) ListState[T] {
-			return &memList[T]{t}
-		})
-	case *Bolt:
-		return registerBolt(be, spec, tableFuncs[[]T]{}, func(t *boltTable[[]T]) ListState[T] {
-			return &boltList[T]{t}
-		})
-	}
-	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
+	return registerState(b, spec, tableFuncs[[]T]{}, func(s slots[[]T]) ListState[T] {
+		return &listHandle[T]{s}
+	})
 }
 
 // RegisterMap registers a MapState; see RegisterValue.
@@ -194,17 +178,9 @@ func RegisterMap[K comparable, V any](b Backend, d MapDescriptor[K, V]) (MapStat
 	if err != nil {
 		return nil, err
 	}
-	switch be := b.(type) {
-	case *Memory:
-		return register(be, spec, mapTableFuncs[K, V](spec.ttl), func(t *table[map[K]mapItem[V]]) MapState[K, V] {
-			return &memMap[K, V]{t}
-		})
-	case *Bolt:
-		return registerBolt(be, spec, mapTableFuncs[K, V](spec.ttl), func(t *boltTable[map[K]mapItem[V]]) MapState[K, V] {
-			return &boltMap[K, V]{t}
-		})
-	}
-	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
+	return registerState(b, spec, mapTableFuncs[K, V](spec.ttl), func(s slots[map[K]mapItem[V]]) MapState[K, V] {
+		return &mapHandle[K, V]{s}
+	})
 }
 
 // RegisterReducing registers a ReducingState; see RegisterValue.
@@ -216,17 +192,9 @@ func RegisterReducing[T any](b Backend, d ReducingDescriptor[T]) (ReducingState[
 	if d.Reduce == nil {
 		return nil, fmt.Errorf("%w: reducing state %q has no Reduce", ErrInvalidDescriptor, d.Name)
 	}
-	switch be := b.(type) {
-	case *Memory:
-		return register(be, spec, tableFuncs[T]{copy: d.Copy}, func(t *table[T]) ReducingState[T] {
-			return &memReducing[T]{table: t, reduce: d.Reduce}
-		})
-	case *Bolt:
-		return registerBolt(be, spec, tableFuncs[T]{}, func(t *boltTable[T]) ReducingState[T] {
-			return &boltReducing[T]{boltTable: t, reduce: d.Reduce}
-		})
-	}
-	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
+	return registerState(b, spec, tableFuncs[T]{copy: d.Copy}, func(s slots[T]) ReducingState[T] {
+		return &reducingHandle[T]{slots: s, reduce: d.Reduce}
+	})
 }
 
 // RegisterAggregating registers an AggregatingState; see RegisterValue.
@@ -238,15 +206,7 @@ func RegisterAggregating[IN, ACC, OUT any](b Backend, d AggregatingDescriptor[IN
 	if d.Add == nil || d.Merge == nil || d.Result == nil {
 		return nil, fmt.Errorf("%w: aggregating state %q needs Add, Merge and Result", ErrInvalidDescriptor, d.Name)
 	}
-	switch be := b.(type) {
-	case *Memory:
-		return register(be, spec, tableFuncs[ACC]{copy: d.Copy}, func(t *table[ACC]) AggregatingState[IN, ACC, OUT] {
-			return &memAggregating[IN, ACC, OUT]{table: t, d: d}
-		})
-	case *Bolt:
-		return registerBolt(be, spec, tableFuncs[ACC]{}, func(t *boltTable[ACC]) AggregatingState[IN, ACC, OUT] {
-			return &boltAggregating[IN, ACC, OUT]{boltTable: t, d: d}
-		})
-	}
-	return nil, fmt.Errorf("register state %q: backend %T not supported", d.Name, b)
+	return registerState(b, spec, tableFuncs[ACC]{copy: d.Copy}, func(s slots[ACC]) AggregatingState[IN, ACC, OUT] {
+		return &aggregatingHandle[IN, ACC, OUT]{slots: s, d: d}
+	})
 }

@@ -290,13 +290,6 @@ func (t *table[S]) writableSlot(key, ns string) *slot[S] {
 	return &e.items[e.find(ns)]
 }
 
-// touch restarts the TTL of (key, ns) on a read, for OnReadAndWrite.
-func (t *table[S]) touch(key, ns string, now int64) {
-	if p := t.writableSlot(key, ns); p != nil {
-		p.ts = now
-	}
-}
-
 // remove deletes (key, ns); it copies nothing when there is nothing to delete.
 func (t *table[S]) remove(key, ns string) {
 	if t.lookup(key, ns) == nil {
