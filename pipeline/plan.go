@@ -307,7 +307,7 @@ func guarantee(spec *Spec, nodes []*Node) (Guarantee, []string) {
 			r := fmt.Sprintf("%s %q (%s) is %s", n.Kind, n.ID, n.Type, cg)
 			if n.Kind == SinkNode && n.Sink.WriteAhead {
 				// Write-ahead keeps the sink's own class: exactly-once but
-				// for one window, which is at-least-once (writeahead.go).
+				// for one window, which is at-least-once (connectors/writeahead).
 				r += " with write_ahead: it writes each checkpoint's records once the checkpoint completes," +
 					" and again only if eddy dies between the sink's flush and its commit marker"
 			}

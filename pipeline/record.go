@@ -109,3 +109,29 @@ type Batch struct {
 	Records []Record
 	Control *Control
 }
+
+// NormalizeDecoded turns the integers a CBOR decoder produced (int64,
+// uint64) into int, the type expressions produce, in lists and maps too,
+// in place: for values read back from a snapshot or a committable. Pure
+// but for the in-place update of v's lists and maps.
+func NormalizeDecoded(v any) any {
+	switch x := v.(type) {
+	case int64:
+		if x >= math.MinInt && x <= math.MaxInt {
+			return int(x)
+		}
+	case uint64:
+		if x <= math.MaxInt {
+			return int(x)
+		}
+	case []any:
+		for i := range x {
+			x[i] = NormalizeDecoded(x[i])
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = NormalizeDecoded(e)
+		}
+	}
+	return v
+}

@@ -92,13 +92,21 @@ type StepPlugin struct {
 	New     func() StepConfig
 }
 
+// SinkWrapper wraps the sink of one subtask of a sink with `write_ahead:
+// true` so that it writes each checkpoint's records once that checkpoint
+// completes; stateDir is JobOptions.StateDir, where it keeps its commit
+// markers. connectors/writeahead registers it; the runtime calls it once
+// per sink subtask, after the config's NewSink, before the run starts.
+type SinkWrapper func(inner Sink, stateDir string) (Sink, error)
+
 // Env is a set of components. Default holds everything registered in init();
 // tests can build an isolated Env.
 type Env struct {
-	mu      sync.RWMutex
-	sources map[string]SourcePlugin
-	sinks   map[string]SinkPlugin
-	steps   map[string]StepPlugin
+	mu         sync.RWMutex
+	sources    map[string]SourcePlugin
+	sinks      map[string]SinkPlugin
+	steps      map[string]StepPlugin
+	writeAhead SinkWrapper
 }
 
 // NewEnv returns an empty Env.
@@ -137,6 +145,25 @@ func (e *Env) RegisterStep(p StepPlugin) {
 		panic(fmt.Sprintf("step kind %q registered twice", p.Kind))
 	}
 	e.steps[p.Kind] = p
+}
+
+// RegisterWriteAhead sets the wrapper of sinks with `write_ahead: true`; it
+// panics when one is set already (a programming error).
+func (e *Env) RegisterWriteAhead(w SinkWrapper) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.writeAhead != nil {
+		panic("write-ahead sink wrapper registered twice")
+	}
+	e.writeAhead = w
+}
+
+// WriteAhead returns the wrapper of sinks with `write_ahead: true`, or nil
+// when none is registered.
+func (e *Env) WriteAhead() SinkWrapper {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.writeAhead
 }
 
 // Source returns the plugin of a source type.

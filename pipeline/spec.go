@@ -96,12 +96,14 @@ type SinkSpec struct {
 	Changelog Changelog
 	// WriteAhead wraps a sink without transactions so that it writes the
 	// records of a checkpoint interval once that checkpoint completes
-	// (writeahead.go).
+	// (connectors/writeahead).
 	WriteAhead bool
 	Config     SinkConfig
 	Pos        Pos
 	Inputs     []StreamRef
 	node       *yaml.Node
+	// wrap is the Env's write-ahead wrapper when WriteAhead is set.
+	wrap SinkWrapper
 }
 
 // The keys every source, step and sink has besides its type's own.
@@ -618,19 +620,26 @@ func (p *problems) loadSink(env *Env, spec *Spec, n *yaml.Node, i int) *SinkSpec
 		}
 		c.Parallelism = mp.MaxParallelism()
 	}
+	var wrap SinkWrapper
 	if c.WriteAhead {
-		p.checkWriteAhead(n, spec, cfg, what, c.Type)
+		wrap = env.WriteAhead()
+		p.checkWriteAhead(n, spec, cfg, wrap, what, c.Type)
 	}
 	return &SinkSpec{ID: c.ID, Type: c.Type, From: c.From, Parallelism: c.Parallelism, Changelog: c.Changelog, WriteAhead: c.WriteAhead,
-		Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n}
+		Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n, wrap: wrap}
 }
 
-// checkWriteAhead reports a `write_ahead: true` that cannot work: without
-// checkpoints nothing would ever be written, and a two-phase-commit sink
-// already writes with each checkpoint. The config is asked for a sink
-// (not opened) to tell the latter.
-func (p *problems) checkWriteAhead(n *yaml.Node, spec *Spec, cfg SinkConfig, what, typ string) {
+// checkWriteAhead reports a `write_ahead: true` that cannot work: the Env
+// has no write-ahead wrapper (wrap nil), without checkpoints nothing would
+// ever be written, and a two-phase-commit sink already writes with each
+// checkpoint. The config is asked for a sink (not opened) to tell the
+// latter.
+func (p *problems) checkWriteAhead(n *yaml.Node, spec *Spec, cfg SinkConfig, wrap SinkWrapper, what, typ string) {
 	_, v := mappingValue(n, "write_ahead")
+	if wrap == nil {
+		p.at(v, "%s: write_ahead is not available: no write-ahead sink wrapper is registered in this build (import github.com/eddy-stream/eddy/connectors/writeahead, or remove write_ahead)", what)
+		return
+	}
 	if spec.Checkpoint == nil {
 		p.at(v, "%s: write_ahead needs a checkpoint block: its records are written when a checkpoint completes (add checkpoint: {interval: 1s}, or remove write_ahead)", what)
 	}

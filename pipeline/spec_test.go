@@ -112,6 +112,10 @@ func TestLoadInvalid(t *testing.T) {
 			`bad.yaml:7:11: sink "out": unknown sink type "nowhere" (known: collect, txn)`,
 		},
 	}, {
+		name: "write_ahead with no write-ahead wrapper registered",
+		text: head + "checkpoint: {interval: 1s}\nsources: [{type: seq}]\nsinks:\n  - id: out\n    type: collect\n    write_ahead: true\n",
+		want: []string{`bad.yaml:8:18: sink "out": write_ahead is not available: no write-ahead sink wrapper is registered in this build (import github.com/eddy-stream/eddy/connectors/writeahead, or remove write_ahead)`},
+	}, {
 		name: "unknown key of a source type",
 		text: head + "sources:\n  - type: seq\n    cout: 3\nsinks: [{type: collect}]\n",
 		want: []string{`bad.yaml:5:5: unknown key "cout" in source "source_1" (seq) (did you mean "count"?)`},

@@ -190,7 +190,11 @@ func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
 		s.written = info.Metrics.RecordsWritten(info)
 		s.sink, err = n.Sink.Config.NewSink()
 		if err == nil && n.Sink.WriteAhead {
-			s.sink, err = newWriteAheadSink(s.sink, stateDir)
+			if n.Sink.wrap == nil {
+				err = errors.New("write_ahead: the spec was not loaded with an Env that registers a write-ahead sink wrapper")
+			} else {
+				s.sink, err = n.Sink.wrap(s.sink, stateDir)
+			}
 		}
 	}
 	if err != nil {

@@ -1,5 +1,5 @@
-// Package all registers every connector of eddy in pipeline.Default; the
-// CLI imports it for its side effects.
+// Package all registers every connector of eddy, and the write-ahead sink
+// wrapper, in pipeline.Default; the CLI imports it for its side effects.
 package all
 
 import (
@@ -10,4 +10,5 @@ import (
 	_ "github.com/eddy-stream/eddy/connectors/kafka"
 	_ "github.com/eddy-stream/eddy/connectors/socket"
 	_ "github.com/eddy-stream/eddy/connectors/stdio"
+	_ "github.com/eddy-stream/eddy/connectors/writeahead"
 )

@@ -11,6 +11,7 @@ import (
 func TestEverythingIsRegistered(t *testing.T) {
 	require.Subset(t, pipeline.Default.SourceTypes(), []string{"file", "generator", "socket", "stdin"})
 	require.Subset(t, pipeline.Default.SinkTypes(), []string{"blackhole", "file", "stdout"})
+	require.NotNil(t, pipeline.Default.WriteAhead(), "the write-ahead sink wrapper is registered")
 }
 
 // TestPositionsDescribed: every source type that checkpoints a position

@@ -1,4 +1,4 @@
-package pipeline
+package writeahead
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/internal/fsutil"
+	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
 
@@ -47,16 +48,16 @@ import (
 // Field values are CBOR data items (times as tag 0 with nanoseconds);
 // integers come back as int, lists as []any and maps as map[string]any.
 const (
-	writeAheadVersion = 1
-	// WriteAheadDir is the directory under a pipeline's state dir that
-	// holds the commit markers of its write-ahead sinks.
-	WriteAheadDir = "write-ahead"
-	// writeAheadWarnBytes is the committable size above which a subtask
-	// warns (once) that the records of a checkpoint interval are large.
-	writeAheadWarnBytes = 64 << 20
-	// writeAheadBatch is the number of records per Write when a
-	// committable is written to the wrapped sink.
-	writeAheadBatch = 1024
+	formatVersion = 1
+	// Dir is the directory under a pipeline's state dir that holds the
+	// commit markers of its write-ahead sinks.
+	Dir = "write-ahead"
+	// warnBytes is the committable size above which a subtask warns
+	// (once) that the records of a checkpoint interval are large.
+	warnBytes = 64 << 20
+	// batchSize is the number of records per Write when a committable
+	// is written to the wrapped sink.
+	batchSize = 1024
 )
 
 var (
@@ -100,12 +101,12 @@ type walMeta struct {
 	Timestamp int64
 }
 
-// writeAheadSink wraps a sink that is not a TwoPhaseCommitSink. All
+// sink wraps a sink that is not a pipeline.TwoPhaseCommitSink. All
 // methods are called on the task goroutine, as for any sink.
-type writeAheadSink struct {
-	inner    Sink
+type sink struct {
+	inner    pipeline.Sink
 	stateDir string
-	info     SubtaskInfo
+	info     pipeline.SubtaskInfo
 	// dir holds the markers of this sink id.
 	dir string
 	// buf holds the encoded records received since the last barrier, n
@@ -117,21 +118,26 @@ type writeAheadSink struct {
 	warned    bool
 }
 
-var _ TwoPhaseCommitSink = (*writeAheadSink)(nil)
+var _ pipeline.TwoPhaseCommitSink = (*sink)(nil)
 
-// newWriteAheadSink wraps inner for a sink with `write_ahead: true`; its
-// markers go under stateDir (JobOptions.StateDir). Called by newStage.
-func newWriteAheadSink(inner Sink, stateDir string) (*writeAheadSink, error) {
-	if _, ok := inner.(TwoPhaseCommitSink); ok {
+func init() { pipeline.Default.RegisterWriteAhead(Wrap) }
+
+// Wrap wraps inner, the sink of one subtask of a sink with `write_ahead:
+// true`; its markers go under stateDir (JobOptions.StateDir). It is the
+// pipeline.SinkWrapper this package registers in pipeline.Default; the
+// runtime calls it once per sink subtask, after the config's NewSink,
+// before the run starts.
+func Wrap(inner pipeline.Sink, stateDir string) (pipeline.Sink, error) {
+	if _, ok := inner.(pipeline.TwoPhaseCommitSink); ok {
 		return nil, errors.New("write_ahead is for sinks without transactions, and this sink commits with checkpoints itself")
 	}
-	return &writeAheadSink{inner: inner, stateDir: stateDir, committed: map[int]int64{}}, nil
+	return &sink{inner: inner, stateDir: stateDir, committed: map[int]int64{}}, nil
 }
 
 // Open opens the wrapped sink, then writes the records of the restored
 // committables that their subtask's marker does not cover, and sets the
 // markers to what the restored checkpoint holds.
-func (w *writeAheadSink) Open(ctx context.Context, sc *SinkContext) error {
+func (w *sink) Open(ctx context.Context, sc *pipeline.SinkContext) error {
 	w.info = sc.SubtaskInfo
 	if !sc.Checkpointing {
 		return errors.New("write_ahead needs checkpoints: records are written when a checkpoint completes (add a checkpoint block, or remove write_ahead)")
@@ -139,7 +145,7 @@ func (w *writeAheadSink) Open(ctx context.Context, sc *SinkContext) error {
 	if w.stateDir == "" {
 		return errors.New("write_ahead needs a state directory for its commit markers (run with a state dir)")
 	}
-	w.dir = filepath.Join(w.stateDir, WriteAheadDir, sc.ID)
+	w.dir = filepath.Join(w.stateDir, Dir, sc.ID)
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create the write-ahead marker directory: %w", err)
 	}
@@ -186,7 +192,7 @@ func (w *writeAheadSink) Open(ctx context.Context, sc *SinkContext) error {
 
 // Write encodes the records into the interval's buffer; nothing reaches
 // the wrapped sink before the checkpoint completes.
-func (w *writeAheadSink) Write(_ context.Context, batch []Record) error {
+func (w *sink) Write(_ context.Context, batch []pipeline.Record) error {
 	for i := range batch {
 		r := &batch[i]
 		wr := walRecord{Fields: r.Fields, Time: r.Time, Key: r.Key}
@@ -205,14 +211,14 @@ func (w *writeAheadSink) Write(_ context.Context, batch []Record) error {
 
 // Flush does nothing: records are flushed to the wrapped sink when their
 // checkpoint completes.
-func (w *writeAheadSink) Flush(context.Context) error { return nil }
+func (w *sink) Flush(context.Context) error { return nil }
 
 // PreCommit returns the records received since the previous barrier as
 // the committable of checkpoint id, and starts a new interval.
-func (w *writeAheadSink) PreCommit(_ context.Context, id int64) ([]byte, error) {
+func (w *sink) PreCommit(_ context.Context, id int64) ([]byte, error) {
 	c := make([]byte, 0, 40+w.buf.Len())
 	c = statestore.AppendCBORHead(c, cborArray, 4)
-	c = statestore.AppendCBORHead(c, cborUint, writeAheadVersion)
+	c = statestore.AppendCBORHead(c, cborUint, formatVersion)
 	c = statestore.AppendCBORInt(c, id)
 	c = statestore.AppendCBORHead(c, cborUint, uint64(w.info.Subtask))
 	c = statestore.AppendCBORHead(c, cborArray, w.n)
@@ -223,7 +229,7 @@ func (w *writeAheadSink) PreCommit(_ context.Context, id int64) ([]byte, error) 
 	} else {
 		w.buf.Reset()
 	}
-	if len(c) > writeAheadWarnBytes && !w.warned {
+	if len(c) > warnBytes && !w.warned {
 		w.warned = true
 		w.info.Logger.Warn("write-ahead sink holds a large checkpoint interval in memory and in the checkpoint; take checkpoints more often (checkpoint.interval) or use a transactional sink",
 			"checkpoint", id, "bytes", len(c))
@@ -235,7 +241,7 @@ func (w *writeAheadSink) PreCommit(_ context.Context, id int64) ([]byte, error) 
 // order, flushes it and then advances the writing subtask's marker; a
 // committable the marker covers is skipped, so committing twice is
 // harmless.
-func (w *writeAheadSink) Commit(ctx context.Context, committables [][]byte) error {
+func (w *sink) Commit(ctx context.Context, committables [][]byte) error {
 	for _, c := range committables {
 		h, recs, err := decodeWALHeader(c)
 		if err != nil {
@@ -263,8 +269,8 @@ func (w *writeAheadSink) Commit(ctx context.Context, committables [][]byte) erro
 
 // writeRecords decodes the records of a committable and writes them to
 // the wrapped sink in batches.
-func (w *writeAheadSink) writeRecords(ctx context.Context, h walHeader, b []byte) error {
-	batch := make([]Record, 0, min(h.records, writeAheadBatch))
+func (w *sink) writeRecords(ctx context.Context, h walHeader, b []byte) error {
+	batch := make([]pipeline.Record, 0, min(h.records, batchSize))
 	for i := uint64(0); i < h.records; i++ {
 		var wr walRecord
 		rest, err := walDecMode.UnmarshalFirst(b, &wr)
@@ -276,9 +282,9 @@ func (w *writeAheadSink) writeRecords(ctx context.Context, h walHeader, b []byte
 			wr.Fields = map[string]any{}
 		}
 		for k, v := range wr.Fields {
-			wr.Fields[k] = NormalizeDecoded(v)
+			wr.Fields[k] = pipeline.NormalizeDecoded(v)
 		}
-		r := Record{Fields: wr.Fields, Time: wr.Time, Key: wr.Key}
+		r := pipeline.Record{Fields: wr.Fields, Time: wr.Time, Key: wr.Key}
 		if m := wr.Meta; m != nil {
 			r.Meta = &expr.Meta{Key: m.Key, Headers: m.Headers, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
 		}
@@ -302,15 +308,15 @@ func (w *writeAheadSink) writeRecords(ctx context.Context, h walHeader, b []byte
 // Close closes the wrapped sink; records not committed yet are in the
 // checkpoint (or lost with a run that takes no final checkpoint, and
 // replayed from the sources' positions).
-func (w *writeAheadSink) Close(ctx context.Context) error { return w.inner.Close(ctx) }
+func (w *sink) Close(ctx context.Context) error { return w.inner.Close(ctx) }
 
 // markerPath is the commit marker of sink subtask sub.
-func (w *writeAheadSink) markerPath(sub int) string {
+func (w *sink) markerPath(sub int) string {
 	return filepath.Join(w.dir, strconv.Itoa(sub)+".committed")
 }
 
 // marker returns the last checkpoint id committed for subtask sub (0: none).
-func (w *writeAheadSink) marker(sub int) (int64, error) {
+func (w *sink) marker(sub int) (int64, error) {
 	if id, ok := w.committed[sub]; ok {
 		return id, nil
 	}
@@ -334,7 +340,7 @@ func (w *writeAheadSink) marker(sub int) (int64, error) {
 // setMarker durably records id as the last checkpoint committed for
 // subtask sub: write a temporary file, fsync, rename over the marker,
 // fsync the directory. Id 0 removes the marker.
-func (w *writeAheadSink) setMarker(sub int, id int64) error {
+func (w *sink) setMarker(sub int, id int64) error {
 	path := w.markerPath(sub)
 	if id == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -392,7 +398,7 @@ func decodeWALHeader(c []byte) (walHeader, []byte, error) {
 	if rest, err = walDecMode.UnmarshalFirst(rest, &version); err != nil {
 		return h, nil, fmt.Errorf("format version: %w", err)
 	}
-	if version != writeAheadVersion {
+	if version != formatVersion {
 		return h, nil, fmt.Errorf("unknown format version %d (written by a newer eddy?)", version)
 	}
 	var sub uint64
@@ -426,30 +432,4 @@ func readCBORHead(b []byte) (major byte, n uint64, rest []byte, err error) {
 		err = fmt.Errorf("unsupported CBOR head 0x%02x", b[0])
 	}
 	return major, n, rest, err
-}
-
-// NormalizeDecoded turns the integers a CBOR decoder produced (int64,
-// uint64) into int, the type expressions produce, in lists and maps too,
-// in place: for values read back from a snapshot or a committable. Pure
-// but for the in-place update of v's lists and maps.
-func NormalizeDecoded(v any) any {
-	switch x := v.(type) {
-	case int64:
-		if x >= math.MinInt && x <= math.MaxInt {
-			return int(x)
-		}
-	case uint64:
-		if x <= math.MaxInt {
-			return int(x)
-		}
-	case []any:
-		for i := range x {
-			x[i] = NormalizeDecoded(x[i])
-		}
-	case map[string]any:
-		for k, e := range x {
-			x[k] = NormalizeDecoded(e)
-		}
-	}
-	return v
 }

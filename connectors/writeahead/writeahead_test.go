@@ -1,4 +1,4 @@
-package pipeline_test
+package writeahead_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/connectors/writeahead"
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -303,7 +304,7 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	requireEach(t, log, count, 1)
 	final := store.latest()
 	require.NotNil(t, final)
-	markers, err := filepath.Glob(filepath.Join(dir, pipeline.WriteAheadDir, "out", "*"))
+	markers, err := filepath.Glob(filepath.Join(dir, writeahead.Dir, "out", "*"))
 	require.NoError(t, err)
 	require.Len(t, markers, 1, "one marker per sink subtask")
 	b, err := os.ReadFile(markers[0])
@@ -313,7 +314,7 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 1)
 
-	require.NoError(t, os.RemoveAll(filepath.Join(dir, pipeline.WriteAheadDir)))
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, writeahead.Dir)))
 	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 2)
 }
@@ -337,7 +338,7 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 
 	// A marker from a later lineage than the checkpoint restored: the
 	// restored records are taken as written, the new ones are written.
-	marker := filepath.Join(dir, pipeline.WriteAheadDir, "out", "0.committed")
+	marker := filepath.Join(dir, writeahead.Dir, "out", "0.committed")
 	require.NoError(t, os.WriteFile(marker, []byte("100\n"), 0o644))
 	log = &waLog{}
 	require.NoError(t, runJob(context.Background(), loadWA(t, text(1500), log),
