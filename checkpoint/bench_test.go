@@ -358,7 +358,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 							}
 							continue
 						}
-						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p *checkpoint.Pending) error {
+						require.NoError(b, storeCheckpoint(s, int64(i+1), func(p checkpoint.Writer) error {
 							w, err := p.Create("op/window/0", 0)
 							if err != nil {
 								return err
@@ -414,7 +414,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 			st := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 			part := data()
 			largePartRuns(b, c.size, func(i int) error {
-				return storeCheckpoint(st, int64(i+1), func(p *checkpoint.Pending) error { return p.Put("op/window/0", part) })
+				return storeCheckpoint(st, int64(i+1), func(p checkpoint.Writer) error { return p.Put("op/window/0", part) })
 			})
 		})
 		for _, direct := range []bool{true, false} {
@@ -428,7 +428,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 				st := openStore(b, b.TempDir(), checkpoint.Options{Retain: 2})
 				part := data()
 				largePartRuns(b, c.size, func(i int) error {
-					return storeCheckpoint(st, int64(i+1), func(p *checkpoint.Pending) error {
+					return storeCheckpoint(st, int64(i+1), func(p checkpoint.Writer) error {
 						w, err := p.Create("op/window/0", 0)
 						if err != nil {
 							return err
@@ -476,7 +476,7 @@ func BenchmarkLargePartStore(b *testing.B) {
 
 // storeCheckpoint writes checkpoint id with the parts put stores, and
 // completes it.
-func storeCheckpoint(st *checkpoint.Store, id int64, put func(*checkpoint.Pending) error) error {
+func storeCheckpoint(st *checkpoint.Store, id int64, put func(checkpoint.Writer) error) error {
 	p, err := st.Begin(id, checkpoint.Meta{Pipeline: "bench"})
 	if err != nil {
 		return err

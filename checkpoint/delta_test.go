@@ -52,7 +52,7 @@ func opaque(id int64, name string) []byte {
 
 // beginDelta begins checkpoint id with parts streamed (in two pieces) and
 // the part "src/in/0" put, and returns it pending.
-func beginDelta(t *testing.T, s *Store, id int64, parts ...deltaPart) *Pending {
+func beginDelta(t *testing.T, s *Store, id int64, parts ...deltaPart) Writer {
 	t.Helper()
 	p, err := s.Begin(id, Meta{Pipeline: "test"})
 	require.NoError(t, err)
@@ -870,4 +870,42 @@ func TestCheckpointDeltaConcurrentRetention(t *testing.T) {
 		require.NoError(t, err, "checkpoint %d", id)
 		require.NoError(t, cp.Close())
 	}
+}
+
+// The metadata record keeps key 7, where eddy never stored anything but
+// nil (sinks' committables are parts), so that its encoding is what it
+// always was; a record with values under it reads.
+func TestCheckpointMetadataKeepsKey7(t *testing.T) {
+	s := openDeltaStore(t, t.TempDir(), Options{})
+	p, err := s.Begin(1, Meta{Pipeline: "p"})
+	require.NoError(t, err)
+	require.NoError(t, p.Put("src/in/0", []byte("x")))
+	require.NoError(t, p.Complete(context.Background()))
+	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
+		var m map[int]any
+		require.NoError(t, decodeRecord(recMeta, tx.Bucket(bktCheckpoints).Bucket(ckptKey(1)).Get(keyMeta), &m))
+		require.Contains(t, m, 7)
+		require.Nil(t, m[7])
+		require.Len(t, m, 7, "keys 1 to 7, no 8 without delta parts")
+		return nil
+	}))
+
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	rec, err := encodeRecordVersion(recMeta, 1, oldWireMeta{ID: 5, Pipeline: "p", Parts: []wirePart{{Name: "src/in/0", Size: 1, CRC: 3}},
+		Committables: map[string][]byte{"sink/out/0": []byte("txn")}})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucketIfNotExists(bktCheckpoints)
+		require.NoError(t, err)
+		cb, err := root.CreateBucketIfNotExists(ckptKey(5))
+		require.NoError(t, err)
+		require.NoError(t, cb.Put(keyMeta, rec))
+		r, err := readMeta(tx, 5)
+		require.NoError(t, err)
+		require.Equal(t, "p", r.meta.Pipeline)
+		require.Equal(t, []PartInfo{{Name: "src/in/0", Size: 1, CRC32C: 3}}, r.parts)
+		return nil
+	}))
 }

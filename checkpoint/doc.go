@@ -11,9 +11,10 @@
 // into ErrCorrupt. docs/checkpoints.md specifies the API and the on-disk
 // format.
 //
-// The runtime's checkpoint coordinator (package pipeline) writes a
-// pending checkpoint's parts through Put and Create; PartWriter is the one
-// interface of a streamed part.
+// The runtime's checkpoint coordinator (package pipeline) uses *Store as
+// its checkpoint store as it is: Begin returns the Writer of a checkpoint,
+// whose parts come in through Put and Create (PartWriter, the one
+// interface of a streamed part), and a restore reads a *Checkpoint.
 //
 // Dependencies: checkpoint imports the standard library, go.etcd.io/bbolt,
 // github.com/fxamacker/cbor/v2, internal/fsutil and statestore, only for

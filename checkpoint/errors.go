@@ -34,7 +34,7 @@ var (
 	// written already, or is not greater than the newest completed checkpoint.
 	ErrID = errors.New("invalid checkpoint id")
 
-	// ErrFinished marks a Put, SetCommittable or Complete on a
+	// ErrFinished marks a Put, Create or Complete on a
 	// pending checkpoint that was completed, aborted or failed already.
 	ErrFinished = errors.New("pending checkpoint already finished")
 

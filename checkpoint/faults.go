@@ -6,7 +6,7 @@ type Op string
 
 // The write steps. The first five are bbolt transactions (Faults.
 // Commit); the Part* ones are file-system steps of a part written with
-// Pending.Create, and the Savepoint* ones those of ExportSavepoint
+// Writer.Create, and the Savepoint* ones those of ExportSavepoint
 // (Faults.File).
 const (
 	OpPut      Op = "put"      // a transaction storing parts (Put)
@@ -32,7 +32,7 @@ const (
 // Production code leaves it nil. Methods are called from any goroutine,
 // concurrently.
 type Faults interface {
-	// Blob is called by Pending.Put before the blob is written,
+	// Blob is called by Writer.Put before the blob is written,
 	// with the blob the caller gave, and by PartWriter.Write with each
 	// piece of a streamed part. It returns the bytes to store instead:
 	// a test returns a damaged copy to simulate a torn write (the stored

@@ -19,14 +19,14 @@ import (
 	"github.com/eddy-stream/eddy/statestore"
 )
 
-// Part files: a part written with Pending.Create is streamed to a
+// Part files: a part written with Writer.Create is streamed to a
 // file of its own, DIR/checkpoints.db.parts/<id>/<n>.part, instead of being
 // held in memory whole and copied into a bbolt value. The file holds what a
 // bbolt value would (the blob, then its CRC32-C); Complete records it in the
 // checkpoint's "files" bucket, in the metadata's transaction, after the
 // files and their directories were fsynced. Deleting a checkpoint removes
 // its directory after its bucket; a directory whose checkpoint is in no
-// bucket and being written by no Pending (a crash's leftover) is
+// bucket and being written by no pending checkpoint (a crash's leftover) is
 // removed by retention. Savepoints inline every part.
 
 const (
@@ -86,7 +86,7 @@ func parseFileRef(v []byte) (size int64, file string, err error) {
 	return int64(binary.BigEndian.Uint64(v)), file, nil
 }
 
-// PartWriter streams one part of a pending checkpoint (Pending.Create):
+// PartWriter streams one part of a pending checkpoint (Writer.Create):
 // Write the blob in pieces, then Close, which returns once the part is
 // durable, or Abort, which gives the part up and fails the checkpoint. Not
 // safe for concurrent use.
@@ -106,7 +106,7 @@ type PartWriter interface {
 // evict the pages of the process's live data. A file system that refuses
 // it gets ordinary writes.
 type partFile struct {
-	p      *Pending
+	p      *pending
 	name   string
 	base   int64  // the base checkpoint of a delta part (Create with a base); 0 for a whole part
 	file   string // base name in the checkpoint's directory
@@ -140,7 +140,7 @@ type partFile struct {
 // checkpoints of its chain: while this checkpoint is pending, and once it
 // is complete, as long as retention keeps this one. Complete checks again
 // that every base is complete.
-func (p *Pending) Create(part string, base int64) (PartWriter, error) {
+func (p *pending) Create(part string, base int64) (PartWriter, error) {
 	if base == 0 {
 		w, err := p.create(part, 0)
 		if err != nil {
@@ -196,7 +196,7 @@ func (s *Store) pinBase(base int64, part string) error {
 // else a delta on that checkpoint's part, pinned by the caller (the
 // checkpoint releases the pin when it completes or fails; create releases
 // it when the part is not admitted).
-func (p *Pending) create(part string, base int64) (*partFile, error) {
+func (p *pending) create(part string, base int64) (*partFile, error) {
 	var file string
 	if err := p.admit(part, func() {
 		p.nfiles++

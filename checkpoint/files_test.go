@@ -35,9 +35,8 @@ func writeFileCheckpoint(t testing.TB, s *checkpoint.Store, id int64) {
 
 func tryFileCheckpoint(s *checkpoint.Store, id int64) error {
 	p, err := s.Begin(id, checkpoint.Meta{
-		Pipeline:     "test",
-		FileHash:     "sha256:" + strconv.FormatInt(id, 16),
-		Committables: map[string][]byte{"sink/out/0": []byte("txn-" + strconv.FormatInt(id, 10))},
+		Pipeline: "test",
+		FileHash: "sha256:" + strconv.FormatInt(id, 16),
 	})
 	if err != nil {
 		return err
@@ -72,7 +71,7 @@ func tryFileCheckpoint(s *checkpoint.Store, id int64) error {
 
 // completeAndRead completes p and reads its part back from s's latest
 // checkpoint.
-func completeAndRead(t *testing.T, s *checkpoint.Store, p *checkpoint.Pending, part string) []byte {
+func completeAndRead(t *testing.T, s *checkpoint.Store, p checkpoint.Writer, part string) []byte {
 	t.Helper()
 	require.NoError(t, p.Complete(context.Background()))
 	cp, err := s.Latest(context.Background())
@@ -377,7 +376,7 @@ func TestCheckpointPartFileLeftovers(t *testing.T) {
 
 // beginPart opens a store in dir and begins checkpoint 1 with one streamed
 // part.
-func beginPart(t *testing.T, dir string) (*checkpoint.Store, *checkpoint.Pending, checkpoint.PartWriter) {
+func beginPart(t *testing.T, dir string) (*checkpoint.Store, checkpoint.Writer, checkpoint.PartWriter) {
 	t.Helper()
 	s := openStore(t, dir, checkpoint.Options{})
 	p, err := s.Begin(1, checkpoint.Meta{Pipeline: "test"})

@@ -132,12 +132,15 @@ type wireInfo struct {
 }
 
 type wireMeta struct {
-	ID           int64             `cbor:"1,keyasint"`
-	Time         int64             `cbor:"2,keyasint"`
-	Completed    int64             `cbor:"3,keyasint"`
-	Pipeline     string            `cbor:"4,keyasint"`
-	FileHash     string            `cbor:"5,keyasint"`
-	Parts        []wirePart        `cbor:"6,keyasint"`
+	ID        int64      `cbor:"1,keyasint"`
+	Time      int64      `cbor:"2,keyasint"`
+	Completed int64      `cbor:"3,keyasint"`
+	Pipeline  string     `cbor:"4,keyasint"`
+	FileHash  string     `cbor:"5,keyasint"`
+	Parts     []wirePart `cbor:"6,keyasint"`
+	// Committables is always nil (sinks' committables are "sink/..."
+	// parts); the key stays, written as nil, so that the record's
+	// encoding is unchanged.
 	Committables map[string][]byte `cbor:"7,keyasint"`
 	// Bases maps the name of each delta part to the id of the checkpoint
 	// holding its base (the same-named part); absent when no part is a
@@ -323,10 +326,9 @@ func readMeta(tx *bolt.Tx, id int64) (*ckptRecord, error) {
 	r := &ckptRecord{
 		id: id,
 		meta: Meta{
-			Pipeline:     m.Pipeline,
-			FileHash:     m.FileHash,
-			Time:         time.Unix(0, m.Time),
-			Committables: m.Committables,
+			Pipeline: m.Pipeline,
+			FileHash: m.FileHash,
+			Time:     time.Unix(0, m.Time),
 		},
 		completed: time.Unix(0, m.Completed),
 		parts:     make([]PartInfo, len(m.Parts)),

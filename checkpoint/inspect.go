@@ -146,8 +146,7 @@ type InspectedCheckpoint struct {
 // ID returns the checkpoint's id.
 func (c *InspectedCheckpoint) ID() int64 { return c.rec.id }
 
-// Meta returns the checkpoint's metadata. The committables map is shared:
-// do not modify it.
+// Meta returns the checkpoint's metadata.
 func (c *InspectedCheckpoint) Meta() Meta { return c.rec.meta }
 
 // CompletedAt returns when the checkpoint was completed.

@@ -65,9 +65,6 @@ const (
 
 	// MaxPartNameLen bounds a part name (a bbolt key).
 	MaxPartNameLen = 1024
-	// MaxCommittablesSize bounds the committables of one checkpoint (keys
-	// and values), which live in the metadata record.
-	MaxCommittablesSize = 1 << 20
 
 	// A group commit takes puts until it holds this many bytes or items.
 	maxBatchBytes = 64 << 20
@@ -102,11 +99,6 @@ type Meta struct {
 	// Time is when the checkpoint was triggered; Begin sets the zero time to
 	// now.
 	Time time.Time
-	// Committables are small values stored in the metadata record,
-	// typically the two-phase-commit sinks' pre-committed transactions
-	// (TwoPhaseCommitSink), keyed by e.g. "sink/<id>/<subtask>". At most
-	// MaxCommittablesSize bytes in all.
-	Committables map[string][]byte
 }
 
 // PartInfo is what the metadata records of one part.
@@ -156,7 +148,7 @@ type Store struct {
 	mu          sync.Mutex
 	closed      bool
 	inflight    sync.WaitGroup // submitted write requests not answered yet
-	active      map[int64]*Pending
+	active      map[int64]*pending
 	maxComplete int64
 
 	// pinMu guards pins, and is held by retention from its choice of
@@ -185,7 +177,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout),
 		reqs:        make(chan *writeReq, 64),
 		writerDone:  make(chan struct{}),
-		active:      map[int64]*Pending{},
+		active:      map[int64]*pending{},
 		pins:        map[int64]int{},
 	}
 	if s.log == nil {
@@ -283,23 +275,19 @@ func (s *Store) Close(ctx context.Context) error {
 // shows, plus one. An incomplete leftover with this id is deleted. Nothing
 // is written until the first Put (or Complete). Called by the checkpoint
 // coordinator when it triggers checkpoint id.
-func (s *Store) Begin(id int64, meta Meta) (*Pending, error) {
+func (s *Store) Begin(id int64, meta Meta) (Writer, error) {
 	wrap := func(err error) error { return fmt.Errorf("begin checkpoint %d: %w", id, err) }
 	if id <= 0 {
 		return nil, wrap(fmt.Errorf("%w: ids start at 1", ErrID))
 	}
-	if err := checkCommittables(meta.Committables); err != nil {
-		return nil, wrap(err)
-	}
 	if meta.Time.IsZero() {
 		meta.Time = time.Now()
 	}
-	meta.Committables = maps.Clone(meta.Committables)
 	info, err := encodeRecord(recInfo, wireInfo{ID: id, Time: meta.Time.UnixNano(), Pipeline: meta.Pipeline, FileHash: meta.FileHash})
 	if err != nil {
 		return nil, wrap(err)
 	}
-	p := &Pending{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}, files: map[string]string{}}
+	p := &pending{s: s, id: id, meta: meta, info: info, parts: map[string]PartInfo{}, files: map[string]string{}}
 	s.mu.Lock()
 	switch {
 	case s.closed:
@@ -331,17 +319,6 @@ func (s *Store) Begin(id int64, meta Meta) (*Pending, error) {
 		}
 	}
 	return p, nil
-}
-
-func checkCommittables(c map[string][]byte) error {
-	n := 0
-	for k, v := range c {
-		n += len(k) + len(v)
-	}
-	if n > MaxCommittablesSize {
-		return fmt.Errorf("committables of %d bytes exceed %d", n, MaxCommittablesSize)
-	}
-	return nil
 }
 
 func (s *Store) deactivate(id int64) {
@@ -540,9 +517,40 @@ func (s *Store) unpin(id int64) {
 	s.pinMu.Unlock()
 }
 
-// Pending is a checkpoint being written: parts come in with Put,
+// Writer is a checkpoint being written, as Store.Begin returns it: parts
+// come in with Put and Create, then Complete makes the checkpoint visible
+// atomically, or Abort deletes it. A checkpoint that did not complete is
+// never restored. The runtime's checkpoint coordinator (package pipeline)
+// begins one per checkpoint it triggers.
+type Writer interface {
+	// Put stores one small part, e.g. "src/<source id>/<subtask>" (a
+	// source's position), "sink/<id>/<subtask>" (a sink's committables)
+	// or "meta/savepoint". Called from the coordinator's writer
+	// goroutines, one per ack, concurrently. A part name is stored once
+	// (ErrDuplicatePart); a failed Put fails the checkpoint.
+	Put(part string, blob []byte) error
+	// Create streams a part to storage while it is encoded (a subtask's
+	// keyed state, statestore's Snapshot.WriteAndRelease), so that it is
+	// never held encoded in memory. With base 0 the part is whole;
+	// otherwise it is a delta on the part of the same name of completed
+	// checkpoint base (statestore.DeltaSnapshot), and Create fails with
+	// ErrDeltaBase when that part is gone: the caller then writes the
+	// part whole. Called from the ack's writer goroutine.
+	Create(part string, base int64) (PartWriter, error)
+	// Complete durably marks the checkpoint complete, after all its parts.
+	// Called by the coordinator's goroutine once every task acked and
+	// every part is written.
+	Complete(ctx context.Context) error
+	// Abort discards what was written; a no-op after a successful
+	// Complete and after another Abort. Called by the coordinator's
+	// goroutine when the checkpoint fails, expires, is subsumed by a newer
+	// one or the job ends; Puts and PartWriters in flight are waited for.
+	Abort() error
+}
+
+// pending is the Writer of a checkpoint being written: parts come in with Put,
 // then Complete makes it visible, or Abort deletes it.
-type Pending struct {
+type pending struct {
 	s    *Store
 	id   int64
 	meta Meta
@@ -574,9 +582,6 @@ const (
 	pendingCkptAborted
 )
 
-// ID returns the checkpoint's id.
-func (p *Pending) ID() int64 { return p.id }
-
 // Put stores one part of the checkpoint, e.g. "op/<step id>/<subtask>" (a
 // task's keyed-state blobs), "src/<source id>/<subtask>" (a source's
 // position) or "sink/<id>/<subtask>". It returns once the part is committed
@@ -586,7 +591,7 @@ func (p *Pending) ID() int64 { return p.id }
 //
 // A part name is stored once (ErrDuplicatePart). A failed Put fails the
 // checkpoint: Complete then returns ErrFailed; Abort it.
-func (p *Pending) Put(part string, blob []byte) error {
+func (p *pending) Put(part string, blob []byte) error {
 	wrap := func(err error) error { return fmt.Errorf("put part %q of checkpoint %d: %w", part, p.id, err) }
 	if len(blob)+partTrailer > bolt.MaxValueSize {
 		return wrap(fmt.Errorf("%w: a blob of %d bytes (at most %d)", ErrInvalidPart, len(blob), bolt.MaxValueSize-partTrailer))
@@ -612,7 +617,7 @@ func (p *Pending) Put(part string, blob []byte) error {
 // open and not failed, the name not taken by a Put or a Create) and, under
 // the same lock, records it with add and counts it in flight: the caller
 // calls p.puts.Done when it is stored or failed.
-func (p *Pending) admit(part string, add func()) error {
+func (p *pending) admit(part string, add func()) error {
 	if part == "" || len(part) > MaxPartNameLen {
 		return fmt.Errorf("%w: a name of %d bytes (1 to %d)", ErrInvalidPart, len(part), MaxPartNameLen)
 	}
@@ -633,28 +638,7 @@ func (p *Pending) admit(part string, add func()) error {
 	return nil
 }
 
-// SetCommittable adds (or replaces) a committable: a small value kept in
-// the metadata record, such as a two-phase-commit sink's pre-committed
-// transaction. Safe for concurrent use; must precede Complete.
-func (p *Pending) SetCommittable(key string, value []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.state != pendingCkptOpen {
-		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, ErrFinished)
-	}
-	next := maps.Clone(p.meta.Committables)
-	if next == nil {
-		next = map[string][]byte{}
-	}
-	next[key] = slices.Clone(value)
-	if err := checkCommittables(next); err != nil {
-		return fmt.Errorf("set committable %q of checkpoint %d: %w", key, p.id, err)
-	}
-	p.meta.Committables = next
-	return nil
-}
-
-func (p *Pending) fail(err error) {
+func (p *pending) fail(err error) {
 	p.mu.Lock()
 	if p.err == nil {
 		p.err = err
@@ -662,7 +646,7 @@ func (p *Pending) fail(err error) {
 	p.mu.Unlock()
 }
 
-func (p *Pending) setState(st pendingCkptState) {
+func (p *pending) setState(st pendingCkptState) {
 	p.mu.Lock()
 	p.state = st
 	p.mu.Unlock()
@@ -670,7 +654,7 @@ func (p *Pending) setState(st pendingCkptState) {
 
 // Complete makes the checkpoint visible: it waits for the Puts in flight,
 // then writes the metadata record (id, times, pipeline, file hash, every
-// part with its size and CRC32-C, the committables) in one transaction
+// part with its size and CRC32-C) in one transaction
 // that also checks that every part is stored. Once Complete returns nil the
 // checkpoint is durable and complete, and retention has run (its failure
 // is only logged: it is retried after the next checkpoint). Called by the
@@ -679,7 +663,7 @@ func (p *Pending) setState(st pendingCkptState) {
 // ctx bounds the wait for Puts and for the writer; a commit that started is
 // waited for. When Complete fails, the checkpoint is not complete and never
 // will be: Abort it (retention deletes it otherwise).
-func (p *Pending) Complete(ctx context.Context) error {
+func (p *pending) Complete(ctx context.Context) error {
 	wrap := func(err error) error { return fmt.Errorf("complete checkpoint %d: %w", p.id, err) }
 	p.mu.Lock()
 	if p.state != pendingCkptOpen {
@@ -713,13 +697,12 @@ func (p *Pending) Complete(ctx context.Context) error {
 		}
 	}
 	wm := wireMeta{
-		ID:           p.id,
-		Time:         meta.Time.UnixNano(),
-		Completed:    time.Now().UnixNano(),
-		Pipeline:     meta.Pipeline,
-		FileHash:     meta.FileHash,
-		Parts:        make([]wirePart, len(parts)),
-		Committables: meta.Committables,
+		ID:        p.id,
+		Time:      meta.Time.UnixNano(),
+		Completed: time.Now().UnixNano(),
+		Pipeline:  meta.Pipeline,
+		FileHash:  meta.FileHash,
+		Parts:     make([]wirePart, len(parts)),
 	}
 	for i, pi := range parts {
 		wm.Parts[i] = wirePart{Name: pi.Name, Size: pi.Size, CRC: pi.CRC32C}
@@ -752,7 +735,7 @@ func (p *Pending) Complete(ctx context.Context) error {
 // the metadata of a completed checkpoint keeps them from then on (the
 // writer releases them as it commits the metadata, before retention
 // runs), and a failed one needs them no more.
-func (p *Pending) releaseBases() {
+func (p *pending) releaseBases() {
 	p.mu.Lock()
 	bases := p.bases
 	p.bases = nil
@@ -768,7 +751,7 @@ func (p *Pending) releaseBases() {
 // a no-op after a successful Complete (so `defer p.Abort()` is fine) and
 // after another Abort. When the deletion fails, retention deletes the data
 // later.
-func (p *Pending) Abort() error {
+func (p *pending) Abort() error {
 	p.mu.Lock()
 	switch p.state {
 	case pendingCkptCompleted, pendingCkptAborted:
@@ -823,8 +806,7 @@ type Checkpoint struct {
 // ID returns the checkpoint's id.
 func (c *Checkpoint) ID() int64 { return c.rec.id }
 
-// Meta returns the checkpoint's metadata. The committables map is shared:
-// do not modify it.
+// Meta returns the checkpoint's metadata.
 func (c *Checkpoint) Meta() Meta { return c.rec.meta }
 
 // CompletedAt returns when Complete wrote the metadata.
@@ -933,7 +915,7 @@ const (
 
 type writeReq struct {
 	op    writeOp
-	p     *Pending
+	p     *pending
 	id    int64
 	part  string
 	value []byte            // wPut: the part value; wComplete: the metadata record
@@ -1014,7 +996,7 @@ func (s *Store) writer() {
 
 // ckptBucketForWrite returns the bucket of pending checkpoint p, creating
 // it (with its info record) on the first write.
-func ckptBucketForWrite(tx *bolt.Tx, p *Pending) (*bolt.Bucket, error) {
+func ckptBucketForWrite(tx *bolt.Tx, p *pending) (*bolt.Bucket, error) {
 	root := tx.Bucket(bktCheckpoints)
 	cb := root.Bucket(ckptKey(p.id))
 	if cb != nil {
@@ -1162,7 +1144,7 @@ func (s *Store) deleteRecords(ids []int64, op Op) error {
 }
 
 // applyRetention deletes the completed checkpoints past the newest Retain,
-// and incomplete ones that no Pending of this store is writing
+// and incomplete ones that no pending checkpoint of this store is writing
 // (aborted, failed, leftovers of a crash), and the part files of
 // checkpoints the store does not hold. It keeps pinned checkpoints (read by
 // a Checkpoint or an export, or the base of a pending checkpoint's delta

@@ -62,9 +62,8 @@ func partSize(i int) int { return 100 + i*1500 }
 func writeCheckpoint(t testing.TB, s *checkpoint.Store, id int64) {
 	t.Helper()
 	p, err := s.Begin(id, checkpoint.Meta{
-		Pipeline:     "test",
-		FileHash:     "sha256:" + strconv.FormatInt(id, 16),
-		Committables: map[string][]byte{"sink/out/0": []byte("txn-" + strconv.FormatInt(id, 10))},
+		Pipeline: "test",
+		FileHash: "sha256:" + strconv.FormatInt(id, 16),
 	})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -84,7 +83,6 @@ func requireCheckpoint(t testing.TB, cp *checkpoint.Checkpoint, id int64) {
 	require.Equal(t, id, cp.ID())
 	require.Equal(t, "test", cp.Meta().Pipeline)
 	require.Equal(t, "sha256:"+strconv.FormatInt(id, 16), cp.Meta().FileHash)
-	require.Equal(t, map[string][]byte{"sink/out/0": []byte("txn-" + strconv.FormatInt(id, 10))}, cp.Meta().Committables)
 	var names []string
 	for _, pi := range cp.Parts() {
 		names = append(names, pi.Name)
@@ -120,13 +118,11 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 	trigger := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()
 	p, err := s.Begin(1, checkpoint.Meta{
-		Pipeline:     "sensor-stats",
-		FileHash:     "sha256:abc",
-		Time:         trigger,
-		Committables: map[string][]byte{"sink/out/0": []byte("txn-a")},
+		Pipeline: "sensor-stats",
+		FileHash: "sha256:abc",
+		Time:     trigger,
 	})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), p.ID())
 	want := map[string][]byte{}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -145,7 +141,6 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, p.Put("src/in/0", nil)) // an empty part
 	want["src/in/0"] = []byte{}
-	require.NoError(t, p.SetCommittable("sink/out/1", []byte("txn-b")))
 
 	// Not visible before Complete.
 	infos, err := s.List()
@@ -160,7 +155,6 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	require.NoError(t, p.Complete(context.Background()))
 	require.ErrorIs(t, p.Put("late", nil), checkpoint.ErrFinished)
 	require.ErrorIs(t, p.Complete(context.Background()), checkpoint.ErrFinished)
-	require.ErrorIs(t, p.SetCommittable("x", nil), checkpoint.ErrFinished)
 	require.NoError(t, p.Abort(), "abort after complete is a no-op")
 
 	check := func(s *checkpoint.Store) {
@@ -172,7 +166,6 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		require.Equal(t, "sha256:abc", cp.Meta().FileHash)
 		require.Equal(t, trigger, cp.Meta().Time.UTC())
 		require.False(t, cp.CompletedAt().Before(trigger))
-		require.Equal(t, map[string][]byte{"sink/out/0": []byte("txn-a"), "sink/out/1": []byte("txn-b")}, cp.Meta().Committables)
 		var names []string
 		var size int64
 		for _, pi := range cp.Parts() {
@@ -224,7 +217,6 @@ func TestCheckpointWithoutParts(t *testing.T) {
 	defer cp.Close()
 	require.Equal(t, int64(7), cp.ID())
 	require.Empty(t, cp.Parts())
-	require.Nil(t, cp.Meta().Committables)
 }
 
 func TestCheckpointBeginAndPutErrors(t *testing.T) {
@@ -233,8 +225,6 @@ func TestCheckpointBeginAndPutErrors(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrID)
 	_, err = s.Begin(-3, checkpoint.Meta{})
 	require.ErrorIs(t, err, checkpoint.ErrID)
-	_, err = s.Begin(1, checkpoint.Meta{Committables: map[string][]byte{"big": make([]byte, checkpoint.MaxCommittablesSize)}})
-	require.ErrorContains(t, err, "committables")
 
 	writeCheckpoint(t, s, 5)
 	for _, id := range []int64{5, 3} {
@@ -250,7 +240,6 @@ func TestCheckpointBeginAndPutErrors(t *testing.T) {
 	require.ErrorIs(t, p.Put(strings.Repeat("x", checkpoint.MaxPartNameLen+1), []byte("x")), checkpoint.ErrInvalidPart)
 	require.NoError(t, p.Put("a", []byte("x")))
 	require.ErrorIs(t, p.Put("a", []byte("y")), checkpoint.ErrDuplicatePart)
-	require.ErrorContains(t, p.SetCommittable("big", make([]byte, checkpoint.MaxCommittablesSize)), "committables")
 	require.NoError(t, p.Abort())
 	require.NoError(t, p.Abort(), "second Abort")
 	require.ErrorIs(t, p.Put("b", nil), checkpoint.ErrFinished)

@@ -122,8 +122,7 @@ type (
 		Savepoint bool      `json:"savepoint"`
 		File      string    `json:"file"`
 		// Parallelism is per id the number of subtasks that wrote a part.
-		Parallelism  map[string]int     `json:"parallelism"`
-		Committables map[string]decoded `json:"committables,omitempty"`
+		Parallelism map[string]int `json:"parallelism"`
 	}
 	// decoded is a value owned by a connector: how it was decoded, and the
 	// result.
@@ -318,12 +317,6 @@ func (o *stateOptions) read(target inspectTarget, keys map[string]bool) (*inspec
 		Sources: []inspectSource{},
 		Steps:   []inspectStep{},
 		Sinks:   []inspectSink{},
-	}
-	for name, v := range meta.Committables {
-		if out.Checkpoint.Committables == nil {
-			out.Checkpoint.Committables = map[string]decoded{}
-		}
-		out.Checkpoint.Committables[name] = decodeGeneric(v)
 	}
 
 	type partRef struct {

@@ -138,7 +138,7 @@ func newWindowFixture(t *testing.T) windowFixture {
 	require.NoError(t, err)
 	w := &lineWaiter{want: []string{`"n":5,"sensor":"a"`, `"n":3,"sensor":"b"`}, done: make(chan struct{})}
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
-		Logger: logger, Metrics: pipeline.NewMetrics(), Store: pipeline.BoltCheckpoints(store), FirstCheckpointID: 1, Stdout: w,
+		Logger: logger, Metrics: pipeline.NewMetrics(), Store: store, FirstCheckpointID: 1, Stdout: w,
 	})
 	require.NoError(t, err)
 	select {

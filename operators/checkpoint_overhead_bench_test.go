@@ -226,7 +226,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = store.Close(context.Background()) }()
-			gate := &gateStore{inner: pipeline.BoltCheckpoints(store), began: make(chan struct{}, 1)}
+			gate := &gateStore{inner: store, began: make(chan struct{}, 1)}
 			mets := pipeline.NewMetrics()
 			job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Logger: logger, Metrics: mets, Store: gate, StateDir: dir})
 			if err != nil {
@@ -324,7 +324,7 @@ func (s *gateStore) openGate() {
 
 func (s *gateStore) closeGate() { s.open.Store(false) }
 
-func (s *gateStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (s *gateStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
 	if !s.open.Load() {
 		return nil, errGateClosed
 	}
@@ -372,7 +372,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 				next := cp.ID() + 1
 				mets := pipeline.NewMetrics()
 				job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Logger: logger, Metrics: mets,
-					Store: pipeline.BoltCheckpoints(store), Restore: pipeline.RestoredFrom(cp), FirstCheckpointID: next, StateDir: live})
+					Store: store, Restore: cp, FirstCheckpointID: next, StateDir: live})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -416,7 +416,7 @@ func ckptBenchCheckpoint(b *testing.B, plan *pipeline.Plan, keys int, dir string
 	}()
 	mets := pipeline.NewMetrics()
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Logger: opts.Logger, Metrics: mets,
-		Store: pipeline.BoltCheckpoints(store), StateDir: b.TempDir()})
+		Store: store, StateDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

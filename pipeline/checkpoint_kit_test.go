@@ -20,14 +20,14 @@ import (
 type memStore struct {
 	mu       sync.Mutex
 	complete map[int64]map[string][]byte
-	metas    map[int64]pipeline.CheckpointMeta
+	metas    map[int64]checkpoint.Meta
 }
 
 func newMemStore() *memStore {
-	return &memStore{complete: map[int64]map[string][]byte{}, metas: map[int64]pipeline.CheckpointMeta{}}
+	return &memStore{complete: map[int64]map[string][]byte{}, metas: map[int64]checkpoint.Meta{}}
 }
 
-func (s *memStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (s *memStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
 	return &memPending{s: s, id: id, meta: meta, parts: map[string][]byte{}}, nil
 }
 
@@ -51,7 +51,7 @@ func (s *memStore) count() int {
 type memPending struct {
 	s     *memStore
 	id    int64
-	meta  pipeline.CheckpointMeta
+	meta  checkpoint.Meta
 	mu    sync.Mutex
 	parts map[string][]byte
 }
@@ -100,8 +100,12 @@ type memRestored struct {
 }
 
 func (r memRestored) ID() int64 { return r.id }
-func (r memRestored) Parts() []string {
-	return slices.Sorted(maps.Keys(r.parts))
+func (r memRestored) Parts() []checkpoint.PartInfo {
+	var out []checkpoint.PartInfo
+	for _, name := range slices.Sorted(maps.Keys(r.parts)) {
+		out = append(out, checkpoint.PartInfo{Name: name, Size: int64(len(r.parts[name]))})
+	}
+	return out
 }
 func (r memRestored) Get(part string) ([]byte, error) {
 	b, ok := r.parts[part]

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/stretchr/testify/require"
 )
@@ -142,13 +143,13 @@ type heldStore struct {
 	late      atomic.Int32
 }
 
-func (s *heldStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (s *heldStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
 	p, err := s.memStore.Begin(id, meta)
-	return &heldPending{PendingCheckpoint: p, s: s, id: id}, err
+	return &heldPending{Writer: p, s: s, id: id}, err
 }
 
 type heldPending struct {
-	pipeline.PendingCheckpoint
+	checkpoint.Writer
 	s  *heldStore
 	id int64
 }
@@ -167,11 +168,11 @@ func (p *heldPending) Put(part string, blob []byte) error {
 		case <-time.After(time.Second):
 		}
 	}
-	return p.PendingCheckpoint.Put(part, blob)
+	return p.Writer.Put(part, blob)
 }
 
 func (p *heldPending) Complete(ctx context.Context) error {
-	err := p.PendingCheckpoint.Complete(ctx)
+	err := p.Writer.Complete(ctx)
 	if p.id > 1 {
 		p.s.laterOnce.Do(func() { close(p.s.later) })
 	}

@@ -20,33 +20,17 @@ import (
 	"github.com/eddy-stream/eddy/checkpoint"
 )
 
-// CheckpointStore is where the coordinator writes checkpoints. A checkpoint
-// is a set of named parts written while the job runs, then completed
-// atomically: a checkpoint that did not complete is never restored.
+// CheckpointStore is where the coordinator writes checkpoints: a
+// *checkpoint.Store, or a test's fake. A checkpoint is a set of named parts
+// written while the job runs, then completed atomically (checkpoint.Writer):
+// a checkpoint that did not complete is never restored. The coordinator's
+// goroutine calls Begin when it triggers checkpoint id.
 type CheckpointStore interface {
-	Begin(id int64, meta CheckpointMeta) (PendingCheckpoint, error)
-}
-
-// PendingCheckpoint is a checkpoint being written.
-type PendingCheckpoint interface {
-	// Put stores one part; it may be called from several goroutines.
-	Put(part string, blob []byte) error
-	// Create streams a part to storage while it is encoded (a subtask's
-	// keyed state, Snapshot.WriteAndRelease), so that it is never held
-	// encoded in memory. With base 0 the part is whole; otherwise it is a
-	// delta on the part of the same name of completed checkpoint base
-	// (statestore.DeltaSnapshot), and Create fails with
-	// checkpoint.ErrDeltaBase when that part is gone: the part is then
-	// written whole. Called from the ack's writer goroutine.
-	Create(part string, base int64) (checkpoint.PartWriter, error)
-	// Complete durably marks the checkpoint complete, after all its parts.
-	Complete(ctx context.Context) error
-	// Abort discards what was written.
-	Abort() error
+	Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error)
 }
 
 // SavepointExporter is a CheckpointStore that writes a completed checkpoint
-// as a self-contained savepoint file (statestore's bbolt store does). The
+// as a self-contained savepoint file (*checkpoint.Store does). The
 // coordinator's export goroutine calls it once a savepoint's checkpoint
 // completed; it must not overwrite an existing path.
 type SavepointExporter interface {
@@ -54,24 +38,12 @@ type SavepointExporter interface {
 }
 
 // RestoredCheckpoint is a completed checkpoint (or savepoint) a run
-// restores from.
+// restores from: a *checkpoint.Checkpoint, or a test's fake.
 type RestoredCheckpoint interface {
 	ID() int64
-	// Parts lists the part names, sorted.
-	Parts() []string
+	// Parts lists the parts, sorted by name; restores read only Name.
+	Parts() []checkpoint.PartInfo
 	Get(part string) ([]byte, error)
-}
-
-// CheckpointMeta describes a checkpoint; it is written with it.
-type CheckpointMeta struct {
-	ID       int64
-	Pipeline string
-	FileHash string
-	Time     time.Time
-	// Savepoint is true for a user-requested savepoint.
-	Savepoint bool
-	// Parallelism of every source, step and sink, by id.
-	Parallelism map[string]int
 }
 
 // SavepointMetaPart is the part of a savepoint's checkpoint that describes
@@ -220,9 +192,9 @@ type Savepoint struct {
 // inFlight is a checkpoint that is not complete yet.
 type inFlight struct {
 	id      int64
-	meta    CheckpointMeta
+	meta    checkpoint.Meta
 	started time.Time
-	pending PendingCheckpoint
+	pending checkpoint.Writer
 	acked   int
 	writing int
 	err     error
@@ -384,11 +356,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	}
 	id := c.nextID
 	c.nextID++
-	meta := CheckpointMeta{ID: id, Pipeline: c.job.plan.Spec.Name, FileHash: c.job.plan.Spec.Hash, Time: time.Now(),
-		Savepoint: req != nil, Parallelism: map[string]int{}}
-	for _, n := range c.job.plan.Nodes {
-		meta.Parallelism[n.ID] = n.Parallelism
-	}
+	meta := checkpoint.Meta{Pipeline: c.job.plan.Spec.Name, FileHash: c.job.plan.Spec.Hash, Time: time.Now()}
 	if final {
 		c.final = id // a final checkpoint that fails fails the job
 		for _, q := range c.queued {
@@ -413,7 +381,7 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	c.pending[id] = f
 	c.logger.Debug("checkpoint triggered", "checkpoint", id, "final", final, "savepoint", req != nil)
 	if req != nil {
-		blob, err := json.Marshal(c.savepointMeta(meta, final))
+		blob, err := json.Marshal(c.savepointMeta(id, meta, final))
 		f.writing++
 		c.writers++
 		go func() {
@@ -431,9 +399,9 @@ func (c *coordinator) trigger(final bool, req *savepointReq) bool {
 	return true
 }
 
-// savepointMeta describes the savepoint of checkpoint meta.
-func (c *coordinator) savepointMeta(meta CheckpointMeta, final bool) SavepointMeta {
-	m := SavepointMeta{Version: 1, ID: meta.ID, Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time.UTC(),
+// savepointMeta describes the savepoint of checkpoint id.
+func (c *coordinator) savepointMeta(id int64, meta checkpoint.Meta, final bool) SavepointMeta {
+	m := SavepointMeta{Version: 1, ID: id, Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time.UTC(),
 		Final: final, MaxParallelism: c.job.plan.Spec.MaxParallelism}
 	for _, n := range c.job.plan.Nodes {
 		m.Nodes = append(m.Nodes, SavepointNode{ID: n.ID, Kind: n.Kind.String(), Parallelism: n.Parallelism})
@@ -469,7 +437,7 @@ func (c *coordinator) onAck(a Ack) {
 	}()
 }
 
-func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) (partStats, error) {
+func writeAck(p checkpoint.Writer, a Ack, parts map[string][]byte) (partStats, error) {
 	defer a.release()
 	var st partStats
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
@@ -494,7 +462,7 @@ func writeAck(p PendingCheckpoint, a Ack, parts map[string][]byte) (partStats, e
 // it is encoded (key group by key group when streamed to a part file), so
 // that the garbage collector gets back what it kept alive (the values the
 // task has replaced since) while the part is made durable.
-func writeState(p PendingCheckpoint, name string, snap statestore.Snapshot) (size int64, delta bool, err error) {
+func writeState(p checkpoint.Writer, name string, snap statestore.Snapshot) (size int64, delta bool, err error) {
 	var base int64
 	ds, _ := snap.(statestore.DeltaSnapshot)
 	if ds != nil {
@@ -714,13 +682,13 @@ func restoredParts(r RestoredCheckpoint, kind, id string) (map[int][]byte, error
 		return out, nil
 	}
 	for _, p := range r.Parts() {
-		k, pid, sub, ok := parsePart(p)
+		k, pid, sub, ok := parsePart(p.Name)
 		if !ok || k != kind || pid != id {
 			continue
 		}
-		b, err := r.Get(p)
+		b, err := r.Get(p.Name)
 		if err != nil {
-			return nil, fmt.Errorf("read %s of checkpoint %d: %w", p, r.ID(), err)
+			return nil, fmt.Errorf("read %s of checkpoint %d: %w", p.Name, r.ID(), err)
 		}
 		out[sub] = b
 	}

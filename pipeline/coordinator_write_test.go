@@ -80,7 +80,7 @@ func TestWriteAckStreamsStateParts(t *testing.T) {
 	require.NoError(t, err)
 	want := buf.Bytes()
 	require.NotEmpty(t, want)
-	p, err := BoltCheckpoints(store).Begin(1, CheckpointMeta{Pipeline: "p"})
+	p, err := store.Begin(1, checkpoint.Meta{Pipeline: "p"})
 	require.NoError(t, err)
 	st, err := writeAck(p, Ack{Checkpoint: 1, Subtask: 2, States: map[string]statestore.Snapshot{"w": snap}},
 		map[string][]byte{"src/gen/2": []byte("pos")})
@@ -134,14 +134,14 @@ func TestWriteAckDeltaParts(t *testing.T) {
 		snap, err := be.SnapshotCheckpoint(id)
 		require.NoError(t, err)
 		full := writeFull(t, be)
-		p, err := s.Begin(id, CheckpointMeta{Pipeline: "p"})
+		p, err := s.Begin(id, checkpoint.Meta{Pipeline: "p"})
 		require.NoError(t, err)
 		st, err := writeAck(p, Ack{Checkpoint: id, States: map[string]statestore.Snapshot{"w": snap}}, nil)
 		require.NoError(t, err)
 		require.NoError(t, p.Complete(ctx))
 		be.CheckpointCompleted(id)
-		if s, ok := s.(boltStore); ok {
-			cp, err := s.s.Checkpoint(ctx, id)
+		if s, ok := s.(*checkpoint.Store); ok {
+			cp, err := s.Checkpoint(ctx, id)
 			require.NoError(t, err)
 			defer cp.Close()
 			got, err := cp.Get("op/w/0")
@@ -152,14 +152,14 @@ func TestWriteAckDeltaParts(t *testing.T) {
 		}
 		return checkpoint.PartInfo{}, nil, full
 	}
-	info, got, full := readCheckpoint(BoltCheckpoints(store), 1)
+	info, got, full := readCheckpoint(store, 1)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 	size := info.Size
 	for id := int64(2); id <= 3; id++ {
 		v.Put(fmt.Sprint("key", id), "", -1)
 		v.Delete(fmt.Sprint("key", id+10), "")
-		info, got, full = readCheckpoint(BoltCheckpoints(store), id)
+		info, got, full = readCheckpoint(store, id)
 		require.Equal(t, id-1, info.Base, "checkpoint %d", id)
 		require.Less(t, info.Size, size/4, "checkpoint %d", id)
 		require.Equal(t, full, got, "checkpoint %d", id)
@@ -170,7 +170,7 @@ func TestWriteAckDeltaParts(t *testing.T) {
 	require.NoError(t, err)
 	defer other.Close(ctx)
 	v.Put("key50", "", -1)
-	info, got, full = readCheckpoint(BoltCheckpoints(other), 4)
+	info, got, full = readCheckpoint(other, 4)
 	require.Zero(t, info.Base)
 	require.Equal(t, full, got)
 

@@ -324,7 +324,7 @@ func checkRestore(plan *Plan, opts JobOptions) error {
 		return nil
 	}
 	for _, part := range opts.Restore.Parts() {
-		kind, id, _, ok := parsePart(part)
+		kind, id, _, ok := parsePart(part.Name)
 		if !ok || plan.Node(id) != nil {
 			continue
 		}

@@ -182,10 +182,10 @@ func (r *Runner) Run(ctx context.Context) error {
 			return r.end(RunAborted, err)
 		}
 		defer func() { _ = store.Close(context.WithoutCancel(ctx)) }()
-		opts.Store, opts.FirstCheckpointID = BoltCheckpoints(store), next
+		opts.Store, opts.FirstCheckpointID = store, next
 		if restore != nil {
 			defer func() { _ = restore.Close() }()
-			opts.Restore = RestoredFrom(restore)
+			opts.Restore = restore
 			r.mu.Lock()
 			r.restored = restore.ID()
 			r.mu.Unlock()
@@ -527,8 +527,7 @@ func importSavepoint(ctx context.Context, store *checkpoint.Store, path string, 
 	}
 	defer func() { _ = sp.Close() }()
 	id := max(next, sp.ID()+1)
-	meta := sp.Meta()
-	p, err := store.Begin(id, checkpoint.Meta{Pipeline: meta.Pipeline, FileHash: meta.FileHash, Time: meta.Time, Committables: meta.Committables})
+	p, err := store.Begin(id, sp.Meta())
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("import savepoint %s as checkpoint %d: %w", path, id, err)
 	}
@@ -588,6 +587,6 @@ func restartOptions(ctx context.Context, opts JobOptions, store *checkpoint.Stor
 	}
 	// The checkpoint stays open (pinned against retention) for the rest of
 	// the run; a restart is rare.
-	opts.Restore = RestoredFrom(latest)
+	opts.Restore = latest
 	return opts, nil
 }

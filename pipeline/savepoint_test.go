@@ -48,16 +48,15 @@ sinks:
     parallelism: 2
 `
 
-// recStore is a bbolt checkpoint store that records the metadata each
-// checkpoint began with, and can fail the Put of a savepoint's metadata.
+// recStore is a bbolt checkpoint store that records, for each checkpoint
+// begun, whether it was marked as a savepoint (its SavepointMetaPart was
+// put), and can fail the Put of a savepoint's metadata.
 type recStore struct {
-	pipeline.CheckpointStore
-	exp pipeline.SavepointExporter
-	s   *checkpoint.Store
+	s *checkpoint.Store
 
 	mu          sync.Mutex
-	metas       map[int64]pipeline.CheckpointMeta
-	failMetaPut int // Puts of SavepointMetaPart to fail
+	savepoints  map[int64]bool // by id, of every checkpoint begun
+	failMetaPut int            // Puts of SavepointMetaPart to fail
 }
 
 func newRecStore(t *testing.T, retain int) *recStore {
@@ -65,29 +64,29 @@ func newRecStore(t *testing.T, retain int) *recStore {
 	s, err := checkpoint.Open(t.TempDir(), checkpoint.Options{Retain: retain, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
-	b := pipeline.BoltCheckpoints(s)
-	return &recStore{CheckpointStore: b, exp: b.(pipeline.SavepointExporter), s: s, metas: map[int64]pipeline.CheckpointMeta{}}
+	return &recStore{s: s, savepoints: map[int64]bool{}}
 }
 
-func (r *recStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (r *recStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
 	r.mu.Lock()
-	r.metas[id] = meta
+	r.savepoints[id] = false
 	r.mu.Unlock()
-	p, err := r.CheckpointStore.Begin(id, meta)
+	p, err := r.s.Begin(id, meta)
 	if err != nil {
 		return nil, err
 	}
-	return &recPending{PendingCheckpoint: p, r: r}, nil
+	return &recPending{Writer: p, r: r, id: id}, nil
 }
 
 func (r *recStore) ExportSavepoint(id int64, path string) error {
-	return r.exp.ExportSavepoint(id, path)
+	return r.s.ExportSavepoint(id, path)
 }
 
-func (r *recStore) meta(id int64) pipeline.CheckpointMeta {
+// savepoint reports whether checkpoint id was marked as a savepoint.
+func (r *recStore) savepoint(id int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.metas[id]
+	return r.savepoints[id]
 }
 
 // completed returns the ids of the completed checkpoints in the store.
@@ -105,8 +104,9 @@ func (r *recStore) completed(t *testing.T) []int64 {
 }
 
 type recPending struct {
-	pipeline.PendingCheckpoint
-	r *recStore
+	checkpoint.Writer
+	r  *recStore
+	id int64
 }
 
 func (p *recPending) Put(part string, blob []byte) error {
@@ -119,7 +119,15 @@ func (p *recPending) Put(part string, blob []byte) error {
 	if fail {
 		return errors.New("injected: disk full")
 	}
-	return p.PendingCheckpoint.Put(part, blob)
+	if err := p.Writer.Put(part, blob); err != nil {
+		return err
+	}
+	if part == pipeline.SavepointMetaPart {
+		p.r.mu.Lock()
+		p.r.savepoints[p.id] = true
+		p.r.mu.Unlock()
+	}
+	return nil
 }
 
 // loadSavepointPlan loads savepointText with a txn sink writing to log.
@@ -211,7 +219,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			require.Equal(t, int64(1), sp.ID)
 			require.False(t, sp.Final)
 			require.Equal(t, filepath.Join(dir, pipeline.SavepointFileName(sp.ID, sp.Time)), sp.Path)
-			require.True(t, store.meta(sp.ID).Savepoint, "the savepoint's checkpoint is marked as one")
+			require.True(t, store.savepoint(sp.ID), "the savepoint's checkpoint is marked as one")
 			job.Cancel() // a crash: what the job did after the savepoint is lost
 			require.ErrorIs(t, waitJob(t, job), context.Canceled)
 
@@ -232,7 +240,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			plan2.Spec.Sinks[0].Config.(*txnConfig).log = log
 			store2 := newRecStore(t, 3)
 			metrics := pipeline.NewMetrics()
-			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: pipeline.RestoredFrom(cp), Metrics: metrics})
+			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: cp, Metrics: metrics})
 			require.NoError(t, err)
 			require.NoError(t, waitJob(t, job2))
 			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
@@ -261,7 +269,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	sp, err := job.FinalSavepoint()
 	require.NoError(t, err)
 	require.True(t, sp.Final)
-	require.True(t, store.meta(sp.ID).Savepoint)
+	require.True(t, store.savepoint(sp.ID))
 	require.Equal(t, sp.ID, slices.Max(store.completed(t)), "the savepoint is the job's last checkpoint")
 	require.ErrorIs(t, job.StopWithSavepoint(context.Background(), dir), pipeline.ErrJobEnding)
 
@@ -275,7 +283,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cp.Close()) }()
 	plan2 := loadSavepointPlan(t, log, "5ms", "exactly_once", 3, fmt.Sprintf("count: %d", n))
-	require.NoError(t, runJob(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
+	require.NoError(t, runJob(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
 	requireExactlyOnce(t, log.output(), n)
 }
 
@@ -297,7 +305,7 @@ func TestSavepointOutlivesRetention(t *testing.T) {
 	ids := map[int64]bool{}
 	for i, sp := range sps {
 		require.NoError(t, errs[i])
-		require.True(t, store.meta(sp.ID).Savepoint)
+		require.True(t, store.savepoint(sp.ID))
 		ids[sp.ID] = true
 	}
 	require.Len(t, ids, 3, "one checkpoint per savepoint")
@@ -319,8 +327,8 @@ func TestSavepointOutlivesRetention(t *testing.T) {
 	job.Stop()
 	require.NoError(t, waitJob(t, job))
 	store.mu.Lock()
-	for id, meta := range store.metas {
-		require.Equal(t, ids[id], meta.Savepoint, "checkpoint %d", id)
+	for id, sp := range store.savepoints {
+		require.Equal(t, ids[id], sp, "checkpoint %d", id)
 	}
 	store.mu.Unlock()
 	for _, sp := range sps {
@@ -540,7 +548,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 		counts[src] = int(binary.BigEndian.Uint64(pos)) + 500
 	}
 	plan = loadAligned(t, log, "at_least_once", fmt.Sprintf("count: %d", counts["a"]), fmt.Sprintf("count: %d", counts["b"]))
-	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: pipeline.RestoredFrom(cp)}))
+	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
 
 	seen := map[string]map[int]int{"a": {}, "b": {}}
 	perKey := map[int][]int64{}

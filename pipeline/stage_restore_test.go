@@ -6,13 +6,23 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/checkpoint"
 )
 
 // partsCheckpoint is a restored checkpoint of the given parts.
 type partsCheckpoint map[string][]byte
 
-func (p partsCheckpoint) ID() int64                       { return 1 }
-func (p partsCheckpoint) Parts() []string                 { return slices.Sorted(maps.Keys(p)) }
+func (p partsCheckpoint) ID() int64 { return 1 }
+
+func (p partsCheckpoint) Parts() []checkpoint.PartInfo {
+	var out []checkpoint.PartInfo
+	for _, name := range slices.Sorted(maps.Keys(p)) {
+		out = append(out, checkpoint.PartInfo{Name: name, Size: int64(len(p[name]))})
+	}
+	return out
+}
+
 func (p partsCheckpoint) Get(part string) ([]byte, error) { return p[part], nil }
 
 type rescalableSource struct{}

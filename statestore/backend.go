@@ -222,7 +222,7 @@ type IncrementalBackend interface {
 
 // DeltaSnapshot is a snapshot of an IncrementalBackend. Its blobs are
 // delta blobs when Base is not 0: written as a delta part on the part of
-// checkpoint Base (PendingCheckpoint.CreateDelta).
+// checkpoint Base (checkpoint.Writer.Create with a base).
 type DeltaSnapshot interface {
 	Snapshot
 	// Base returns the checkpoint whose snapshot this one is a delta on,
