@@ -103,7 +103,7 @@ func newMemStore() *memStore {
 	return &memStore{complete: map[int64]map[string][]byte{}}
 }
 
-func (s *memStore) Begin(id int64, _ pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (s *memStore) Begin(id int64, _ checkpoint.Meta) (checkpoint.Writer, error) {
 	return &memPending{s: s, id: id, parts: map[string][]byte{}}, nil
 }
 
@@ -167,7 +167,13 @@ type memRestored struct {
 }
 
 func (r memRestored) ID() int64       { return r.id }
-func (r memRestored) Parts() []string { return slices.Sorted(maps.Keys(r.parts)) }
+func (r memRestored) Parts() []checkpoint.PartInfo {
+	var out []checkpoint.PartInfo
+	for _, name := range slices.Sorted(maps.Keys(r.parts)) {
+		out = append(out, checkpoint.PartInfo{Name: name, Size: int64(len(r.parts[name]))})
+	}
+	return out
+}
 func (r memRestored) Get(part string) ([]byte, error) {
 	b, ok := r.parts[part]
 	if !ok {

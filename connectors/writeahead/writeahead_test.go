@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/connectors/writeahead"
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -197,20 +198,20 @@ type gateStore struct {
 }
 
 type gatePending struct {
-	pipeline.PendingCheckpoint
+	checkpoint.Writer
 	g  *gateStore
 	id int64
 }
 
-func (g *gateStore) Begin(id int64, meta pipeline.CheckpointMeta) (pipeline.PendingCheckpoint, error) {
+func (g *gateStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
 	p, err := g.memStore.Begin(id, meta)
-	return gatePending{PendingCheckpoint: p, g: g, id: id}, err
+	return gatePending{Writer: p, g: g, id: id}, err
 }
 
 func (p gatePending) Complete(ctx context.Context) error {
 	p.g.completing <- p.id
 	<-p.g.release
-	return p.PendingCheckpoint.Complete(ctx)
+	return p.Writer.Complete(ctx)
 }
 
 // TestWriteAheadHoldsRecordsUntilComplete holds each checkpoint's
