@@ -404,9 +404,8 @@ func (b *Bolt) flush() error {
 
 // startFlush encodes the writes of every dirty cache entry, on the task
 // goroutine, and commits them in one transaction on a goroutine of its
-// own: bbolt's B+tree updates and the commit (page allocation, writes) were
-// about a third of the task's time in checkpointbench. Nothing may be in
-// flight (landFlush first).
+// own, so that bbolt's B+tree updates and the commit (page allocation,
+// writes) run beside the task. Nothing may be in flight (landFlush first).
 func (b *Bolt) startFlush() error {
 	if b.closed {
 		return ErrClosed
