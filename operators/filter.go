@@ -45,8 +45,10 @@ type filterOp struct {
 }
 
 // Process keeps the records whose predicate is true, compacted to the front
-// of in, and emits them. A record whose predicate fails or is not a bool
-// (a missing field gives nil) goes to on_error.
+// of in, and emits them. The loader compiles the predicate as a bool, so a
+// nil result (a missing field) is false; a record whose predicate fails, or
+// is not a bool where it was compiled without that (expr.MustExpr), goes to
+// on_error.
 func (o *filterOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 	kept := 0
 	for i := range in {
