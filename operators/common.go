@@ -40,6 +40,17 @@ func emit(out pipeline.Emitter, batch []pipeline.Record) error {
 	return out.Emit(batch)
 }
 
+// failAfter emits done, the records a batch produced before a record
+// failed under on_error: fail, and returns err: what a step processed
+// before the failure reaches its sinks, as in a Unix filter. An error of
+// the emit wins.
+func failAfter(out pipeline.Emitter, done []pipeline.Record, err error) error {
+	if eerr := emit(out, done); eerr != nil {
+		return eerr
+	}
+	return err
+}
+
 // evalError is the error of a record whose expression failed at run time. Its
 // text is one line (expr's message with its line:col inside the expression,
 // without the source snippet), since it ends up in logs and dead letters.

@@ -267,7 +267,10 @@ func (o *continuousOp) Process(in []pipeline.Record, out pipeline.Emitter) error
 				return err // not the record's fault: fail the task
 			}
 			if herr := o.errors.Handle(in[i], err); herr != nil {
-				return herr
+				err := failAfter(out, o.out, herr)
+				clear(o.out)
+				o.out = o.out[:0]
+				return err
 			}
 		}
 	}

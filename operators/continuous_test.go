@@ -325,12 +325,15 @@ func TestContinuousAggregateNonFiniteInput(t *testing.T) {
 	require.Contains(t, h.dead.records[0].Fields["error"], "aggregate total: sum(a / b): the result is +Inf, not a finite number")
 }
 
-// on_error: fail fails the batch and emits nothing.
+// on_error: fail emits the changes of the records before the failing one,
+// then fails.
 func TestContinuousAggregateBadInputFails(t *testing.T) {
 	h := newKeyedHarness(t, stepYAML("key_by: id\n    aggregate: {total: sum(x)}\n    on_error: fail"))
 	out, err := h.process(h.rec(1, fields{"id": "a", "x": 1}), h.rec(2, fields{"id": "a", "x": true}))
 	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
-	require.Empty(t, out)
+	require.Len(t, out, 1)
+	require.Equal(t, pipeline.OpInsert, out[0].Fields[pipeline.OpField])
+	require.EqualValues(t, 1, out[0].Fields["total"])
 }
 
 // A changelog input (an upstream continuous aggregate) is applied: -U and -D

@@ -65,7 +65,8 @@ func (o *filterOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 			continue
 		}
 		if herr := o.errors.Handle(in[i], err); herr != nil {
-			return herr
+			clear(in[kept:])
+			return failAfter(out, in[:kept], herr)
 		}
 	}
 	clear(in[kept:]) // let dropped records be collected

@@ -94,5 +94,5 @@ func TestFilterResultType(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	require.ErrorIs(t, err, ErrResultType)
 	require.ErrorContains(t, err, `filter expression "flag" returned nil, not a bool`)
-	require.Empty(t, out.records)
+	require.Equal(t, []pipeline.Record{rec(fields{"flag": true})}, out.records, "the record before the failing one")
 }

@@ -73,8 +73,9 @@ func (o *flatMapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		}
 		if err != nil {
 			if herr := o.errors.Handle(in[i], err); herr != nil {
+				err := failAfter(out, o.out, herr)
 				clear(o.out)
-				return herr
+				return err
 			}
 		}
 	}

@@ -63,7 +63,8 @@ func (o *mapOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		}
 		if err != nil {
 			if herr := o.errors.Handle(in[i], err); herr != nil {
-				return herr
+				clear(in[kept:])
+				return failAfter(out, in[:kept], herr)
 			}
 			continue
 		}

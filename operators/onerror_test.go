@@ -57,7 +57,8 @@ func TestOnError(t *testing.T) {
 				case pipeline.OnErrorFail:
 					require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 					require.EqualError(t, err, `record failed in "s": `+k.errText)
-					require.Empty(t, out.records, "a failing batch emits nothing")
+					require.Equal(t, []pipeline.Record{rec(k.want)}, out.records,
+						"the records before the failing one are emitted, then the step fails")
 					require.Empty(t, h.dead.records)
 				case pipeline.OnErrorSkip:
 					require.NoError(t, err)

@@ -82,7 +82,9 @@ func (o *setOp) Process(in []pipeline.Record, out pipeline.Emitter) error {
 		}
 		if err != nil {
 			if herr := o.errors.Handle(in[i], err); herr != nil {
-				return herr
+				clear(o.prior)
+				clear(in[kept:])
+				return failAfter(out, in[:kept], herr)
 			}
 			continue
 		}
