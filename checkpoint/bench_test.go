@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,13 +16,13 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/internal/cputime"
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // Checkpoint storage benchmarks: writing a whole checkpoint (Begin, the
@@ -201,95 +200,6 @@ func BenchmarkCheckpointPutLatency(b *testing.B) {
 	require.NoError(b, p.Abort())
 }
 
-// benchBox is a window accumulator as the window operator keeps one per key
-// and window: a count, a sum and the latest payload, encoded by hand in one
-// pass (as operators.accBox is) into [[version, count, sum, payload],
-// max time]; a statestore.CBORAppender.
-type benchBox struct {
-	n       int64
-	sum     float64
-	last    string
-	maxTime int64
-}
-
-func (b *benchBox) MarshalCBOR() ([]byte, error) {
-	return b.AppendCBOR(make([]byte, 0, 64+len(b.last)))
-}
-
-func (b *benchBox) AppendCBOR(dst []byte) ([]byte, error) {
-	dst = append(dst, 0x82, 0x84, 0x01)
-	dst = statestore.AppendCBORInt(dst, b.n)
-	dst = binary.BigEndian.AppendUint64(append(dst, 0xfb), math.Float64bits(b.sum))
-	dst = append(statestore.AppendCBORHead(dst, 3, uint64(len(b.last))), b.last...)
-	return statestore.AppendCBORInt(dst, b.maxTime), nil
-}
-
-func (b *benchBox) UnmarshalCBOR(data []byte) error {
-	var w struct {
-		_       struct{} `cbor:",toarray"`
-		Row     []any
-		MaxTime int64
-	}
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if len(w.Row) != 4 {
-		return fmt.Errorf("benchBox: a row of %d items", len(w.Row))
-	}
-	n, _ := w.Row[1].(uint64)
-	sum, _ := w.Row[2].(float64)
-	last, _ := w.Row[3].(string)
-	*b = benchBox{n: int64(n), sum: sum, last: last, maxTime: w.MaxTime}
-	return nil
-}
-
-func benchBoxDescriptor() statestore.AggregatingDescriptor[string, *benchBox, *benchBox] {
-	return statestore.AggregatingDescriptor[string, *benchBox, *benchBox]{
-		Name:   "window",
-		Create: func() *benchBox { return &benchBox{} },
-		Add: func(b *benchBox, payload string) *benchBox {
-			b.n++
-			b.sum += float64(len(payload))
-			b.last = payload
-			b.maxTime = int64(b.n)
-			return b
-		},
-		Merge:  func(a, b *benchBox) *benchBox { return a },
-		Result: func(b *benchBox) *benchBox { return b },
-		Copy:   func(b *benchBox) *benchBox { c := *b; return &c },
-	}
-}
-
-// intKeys returns n keys as key_by encodes the ints 0 ... n-1: a type byte
-// and 8 bytes, big-endian (pipeline.EncodeKey; statestore may not import
-// it), so most hold zero bytes, which the bbolt backend escapes.
-func intKeys(n int) []string {
-	ks := make([]string, n)
-	for i := range ks {
-		ks[i] = string(binary.BigEndian.AppendUint64([]byte{'i'}, uint64(i)))
-	}
-	return ks
-}
-
-// fillWindowState gives be the checkpoint benchmark's window state in
-// small: n int keys with one benchBox each holding a 1 KiB payload, and
-// one timer per key. It returns the window's namespace.
-func fillWindowState(b *testing.B, be statestore.Backend, n int) string {
-	acc, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
-	require.NoError(b, err)
-	timers := be.TimerService("window")
-	ns := "[0,10000)"
-	payload := make([]byte, 1024)
-	for i, k := range intKeys(n) {
-		for j := range payload {
-			payload[j] = 'a' + byte((i+j)%26)
-		}
-		acc.Add(k, ns, string(payload))
-		timers.RegisterEventTimer(k, ns, 86_400_000)
-	}
-	return ns
-}
-
 // benchBackends are the two backends the state-part benchmark encodes.
 var benchBackends = []struct {
 	name string
@@ -333,7 +243,7 @@ func BenchmarkCheckpointStatePart(b *testing.B) {
 		b.Run(bk.name, func(b *testing.B) {
 			be := bk.open(b)
 			b.Cleanup(func() { _ = be.Close() })
-			fillWindowState(b, be, nKeys)
+			statestoretest.FillWindowState(b, be, nKeys)
 			snap, err := be.Snapshot()
 			require.NoError(b, err)
 			defer snap.Release()

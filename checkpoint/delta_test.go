@@ -19,6 +19,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // Incremental checkpoints in the checkpoint store: delta parts
@@ -404,12 +405,13 @@ func TestCheckpointDeltaPendingKeepsBase(t *testing.T) {
 }
 
 // writeChain writes a real incremental chain of n checkpoints (ids 1..n)
-// to s: each "op/a/0" is a part of ChainParts (a whole part, then deltas,
-// each on the checkpoint before), each "op/a/1" a whole part. It returns
+// to s: each "op/a/0" is a part of statestoretest.ChainParts (a whole
+// part, then deltas, each on the checkpoint before), each "op/a/1" a whole
+// part. It returns
 // the parts and the full snapshot of the state at checkpoint n.
 func writeChain(t *testing.T, s *Store, n int) (parts [][]byte, want []byte) {
 	t.Helper()
-	parts, want = ChainParts(t, n)
+	parts, want = statestoretest.ChainParts(t, n)
 	for i, blob := range parts {
 		id := int64(i + 1)
 		writeDelta(t, s, id, deltaPart{name: "op/a/0", base: id - 1, blob: blob}, deltaPart{name: "op/a/1", blob: opaque(id, "op/a/1")})

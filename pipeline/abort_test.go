@@ -13,6 +13,7 @@ import (
 
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // gateStep holds every batch until its gate opens: a step whose input (and
@@ -98,14 +99,14 @@ func testAbortedCheckpointReleasesAlignment(t *testing.T) {
 	metrics := pipeline.NewMetrics()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Store: newMemStore(), Logger: slog.New(failed), Metrics: metrics})
+	job, err := pipeline.Start(ctx, plan, pipeline.JobOptions{Store: pipelinetest.NewMemStore(), Logger: slog.New(failed), Metrics: metrics})
 	require.NoError(t, err)
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
 	defer func() {
 		release()
 		job.Cancel()
-		_ = waitJob(t, job)
+		_ = pipelinetest.WaitJob(t, job)
 	}()
 
 	// Each aborted checkpoint lets the moving input's records behind its

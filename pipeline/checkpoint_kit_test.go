@@ -1,119 +1,16 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
 
-	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
-
-// memStore is an in-memory checkpoint store that survives a job: what a
-// cancelled ("crashed") job completed stays for the next one to restore.
-type memStore struct {
-	mu       sync.Mutex
-	complete map[int64]map[string][]byte
-	metas    map[int64]checkpoint.Meta
-}
-
-func newMemStore() *memStore {
-	return &memStore{complete: map[int64]map[string][]byte{}, metas: map[int64]checkpoint.Meta{}}
-}
-
-func (s *memStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
-	return &memPending{s: s, id: id, meta: meta, parts: map[string][]byte{}}, nil
-}
-
-// latest returns the newest complete checkpoint, or nil.
-func (s *memStore) latest() pipeline.RestoredCheckpoint {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.complete) == 0 {
-		return nil
-	}
-	id := slices.Max(slices.Collect(maps.Keys(s.complete)))
-	return memRestored{id: id, parts: s.complete[id]}
-}
-
-func (s *memStore) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.complete)
-}
-
-type memPending struct {
-	s     *memStore
-	id    int64
-	meta  checkpoint.Meta
-	mu    sync.Mutex
-	parts map[string][]byte
-}
-
-func (p *memPending) Put(part string, blob []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.parts[part] = slices.Clone(blob)
-	return nil
-}
-
-func (p *memPending) Complete(context.Context) error {
-	p.s.mu.Lock()
-	defer p.s.mu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.s.complete[p.id] = maps.Clone(p.parts)
-	p.s.metas[p.id] = p.meta
-	return nil
-}
-
-func (p *memPending) Abort() error { return nil }
-
-// Create takes whole parts only (checkpoint.ErrDeltaBase for a delta): an
-// incremental backend's snapshots are then written in full.
-func (p *memPending) Create(part string, base int64) (checkpoint.PartWriter, error) {
-	if base != 0 {
-		return nil, fmt.Errorf("create part %q: %w", part, checkpoint.ErrDeltaBase)
-	}
-	return &memPart{p: p, name: part}, nil
-}
-
-// memPart is memPending's PartWriter: Close Puts what was written.
-type memPart struct {
-	bytes.Buffer
-	p    *memPending
-	name string
-}
-
-func (w *memPart) Close() error { return w.p.Put(w.name, w.Bytes()) }
-func (w *memPart) Abort()       {}
-
-type memRestored struct {
-	id    int64
-	parts map[string][]byte
-}
-
-func (r memRestored) ID() int64 { return r.id }
-func (r memRestored) Parts() []checkpoint.PartInfo {
-	var out []checkpoint.PartInfo
-	for _, name := range slices.Sorted(maps.Keys(r.parts)) {
-		out = append(out, checkpoint.PartInfo{Name: name, Size: int64(len(r.parts[name]))})
-	}
-	return out
-}
-func (r memRestored) Get(part string) ([]byte, error) {
-	b, ok := r.parts[part]
-	if !ok {
-		return nil, fmt.Errorf("no part %q", part)
-	}
-	return b, nil
-}
 
 // countStep emits {k, n, count}: the running count of its key, kept in
 // keyed state so that it survives a restore.

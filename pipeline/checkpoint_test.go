@@ -14,6 +14,7 @@ import (
 
 	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,24 +50,24 @@ sinks:
 func TestCheckpointsSurviveCrashes(t *testing.T) {
 	for _, mode := range []string{"exactly_once", "at_least_once"} {
 		t.Run(mode, func(t *testing.T) {
-			store, log := newMemStore(), newTxnLog()
+			store, log := pipelinetest.NewMemStore(), newTxnLog()
 			rng := rand.New(rand.NewPCG(1, 2))
 			crashes := 0
 			for attempt := 0; ; attempt++ {
 				// Rescale the keyed step between runs: keyed state moves by key group.
 				plan, _ := load(t, fmt.Sprintf(exactlyOnceText, mode, 1+attempt%3))
 				plan.Spec.Sinks[0].Config.(*txnConfig).log = log
-				before := store.count()
-				job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: store.latest()})
+				before := store.Count()
+				job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: store.Latest()})
 				require.NoError(t, err)
 				if attempt == 4 {
-					require.NoError(t, waitJob(t, job))
+					require.NoError(t, pipelinetest.WaitJob(t, job))
 					break
 				}
 				// Crash once one or two more checkpoints completed, or at the end.
 				target := before + 1 + rng.IntN(2)
 			wait:
-				for store.count() < target {
+				for store.Count() < target {
 					select {
 					case <-job.Done():
 						break wait
@@ -74,7 +75,7 @@ func TestCheckpointsSurviveCrashes(t *testing.T) {
 					}
 				}
 				job.Cancel()
-				if err := waitJob(t, job); err != nil {
+				if err := pipelinetest.WaitJob(t, job); err != nil {
 					crashes++
 				}
 			}
@@ -111,11 +112,11 @@ func TestCheckpointsSurviveCrashes(t *testing.T) {
 // stateful step was renamed: the restore fails unless dropping that state
 // is allowed, and then the renamed step starts empty.
 func TestRestoreRefusesToDropState(t *testing.T) {
-	store, log := newMemStore(), newTxnLog()
+	store, log := pipelinetest.NewMemStore(), newTxnLog()
 	plan, _ := load(t, fmt.Sprintf(exactlyOnceText, "exactly_once", 1))
 	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
-	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
-	restored := store.latest()
+	require.NoError(t, pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
+	restored := store.Latest()
 	require.NotNil(t, restored)
 
 	renamed := strings.Replace(fmt.Sprintf(exactlyOnceText, "exactly_once", 1), "id: counts", "id: tallies", 1)
@@ -127,14 +128,14 @@ func TestRestoreRefusesToDropState(t *testing.T) {
 
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store, Restore: restored, AllowNonRestoredState: true})
 	require.NoError(t, err)
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 }
 
 // heldStore holds the Puts of checkpoint 1 until a later checkpoint
 // completed (which subsumes checkpoint 1), then until the job ended or for
 // a while, and counts those that went on once the job had ended.
 type heldStore struct {
-	*memStore
+	*pipelinetest.MemStore
 	started   chan struct{} // closed once job is set
 	job       *pipeline.Job
 	later     chan struct{} // closed when a checkpoint after 1 completed
@@ -144,7 +145,7 @@ type heldStore struct {
 }
 
 func (s *heldStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
-	p, err := s.memStore.Begin(id, meta)
+	p, err := s.MemStore.Begin(id, meta)
 	return &heldPending{Writer: p, s: s, id: id}, err
 }
 
@@ -192,20 +193,17 @@ func testJobEndWaitsForSnapshotWriters(t *testing.T) {
 	plan, _ := load(t, text)
 	log := newTxnLog()
 	plan.Spec.Sinks[0].Config.(*txnConfig).log = log
-	store := &heldStore{memStore: newMemStore(), started: make(chan struct{}), later: make(chan struct{})}
+	store := &heldStore{MemStore: pipelinetest.NewMemStore(), started: make(chan struct{}), later: make(chan struct{})}
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store})
 	require.NoError(t, err)
 	store.job = job
 	close(store.started)
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	// A Put the job did not wait for sees it ended once it runs.
 	synctest.Wait()
 
 	require.Positive(t, store.held.Load(), "checkpoint 1 wrote parts")
 	require.Zero(t, store.late.Load(), "writes of checkpoint 1 that went on after the job ended")
-	store.mu.Lock()
-	_, completed := store.complete[1]
-	store.mu.Unlock()
-	require.False(t, completed, "checkpoint 1 completed although a later one subsumed it")
+	require.False(t, store.Completed(1), "checkpoint 1 completed although a later one subsumed it")
 	require.Len(t, log.output(), 3000)
 }

@@ -2,91 +2,19 @@ package pipeline_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/eddy-stream/eddy/expr"
-	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 	"github.com/stretchr/testify/require"
 )
 
 // Test components: a source of numbered records, a collecting sink, and the
 // smallest steps the runtime tests need. They register into an isolated Env.
-
-type seqSourceConfig struct {
-	Count int    `yaml:"count"`
-	Keys  int    `yaml:"keys"`
-	Tag   string `yaml:"tag"`
-	// Forever makes the source unbounded.
-	Forever bool `yaml:"forever"`
-	// Silent makes an unbounded source that never reads anything.
-	Silent bool `yaml:"silent"`
-	// Pace sleeps a millisecond per batch of 100 records.
-	Pace bool `yaml:"pace"`
-	// Hold makes a bounded source unbounded: after count records it reads
-	// nothing more until it is stopped.
-	Hold bool `yaml:"hold"`
-}
-
-func (c *seqSourceConfig) Validate() error { return nil }
-func (c *seqSourceConfig) NewSource() (pipeline.Source, error) {
-	return &seqSource{cfg: c}, nil
-}
-
-// seqSource emits records {n, k, src, sub} with n = subtask, subtask+p, ...
-type seqSource struct {
-	cfg  *seqSourceConfig
-	next int
-	step int
-}
-
-func (s *seqSource) Open(_ context.Context, sc *pipeline.SourceContext) error {
-	s.next, s.step = sc.Subtask, sc.Parallelism
-	if sc.Restored != nil {
-		s.next = int(binary.BigEndian.Uint64(sc.Restored))
-	}
-	return nil
-}
-
-func (s *seqSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.cfg.Silent {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	for range 100 {
-		if !s.cfg.Forever && s.next >= s.cfg.Count {
-			if !s.cfg.Hold {
-				return io.EOF
-			}
-			if len(b.Records) > 0 {
-				break // this batch ends here; the next Read holds
-			}
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		k := 0
-		if s.cfg.Keys > 0 {
-			k = s.next % s.cfg.Keys
-		}
-		b.Records = append(b.Records, pipeline.NewRecord(map[string]any{"n": s.next, "k": k, "src": s.cfg.Tag}))
-		s.next += s.step
-	}
-	b.Position = binary.BigEndian.AppendUint64(nil, uint64(s.next))
-	if s.cfg.Forever || s.cfg.Pace {
-		time.Sleep(time.Millisecond) // pace the source
-	}
-	return nil
-}
-
-func (s *seqSource) Close(context.Context) error { return nil }
 
 // collector gathers what sinks received, per sink subtask.
 type collector struct {
@@ -260,7 +188,7 @@ func (o *opsOp) Close() error { return nil }
 
 func testEnv() *pipeline.Env {
 	env := pipeline.NewEnv()
-	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
+	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &pipelinetest.SeqSourceConfig{} }})
 	env.RegisterSink(pipeline.SinkPlugin{Type: "collect", New: func() pipeline.SinkConfig { return &collectConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "keyed", New: func() pipeline.StepConfig { return &keyStepConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "pass", New: func() pipeline.StepConfig { return &passConfig{} }})
@@ -289,14 +217,6 @@ func load(t *testing.T, text string) (*pipeline.Plan, map[string]*collector) {
 	return plan, cols
 }
 
-// waitJob waits for job to end and returns Wait's error; the test fails,
-// saying so, if the job hangs.
-func waitJob(t testing.TB, job *pipeline.Job) error {
-	t.Helper()
-	testkit.WaitFor(t, job.Done(), "the job to end")
-	return job.Wait()
-}
-
 func run(t *testing.T, plan *pipeline.Plan) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -304,15 +224,4 @@ func run(t *testing.T, plan *pipeline.Plan) {
 	r, err := pipeline.NewRunner(plan.Spec, pipeline.RunnerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, r.Run(ctx))
-}
-
-// runJob starts plan with opts and waits for it to end: the job alone,
-// without a Runner, for tests that bring their own checkpoint store or
-// restore point.
-func runJob(ctx context.Context, plan *pipeline.Plan, opts pipeline.JobOptions) error {
-	job, err := pipeline.Start(ctx, plan, opts)
-	if err != nil {
-		return err
-	}
-	return job.Wait()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // logLines is a slog handler that sends the attributes of each line whose
@@ -85,7 +86,7 @@ sinks: [{id: out, type: collect}]
 	metrics := pipeline.NewMetrics()
 	started := time.Now()
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{
-		Store: newMemStore(), Logger: slog.New(complete), Metrics: metrics})
+		Store: pipelinetest.NewMemStore(), Logger: slog.New(complete), Metrics: metrics})
 	require.NoError(t, err)
 	var lines []map[string]slog.Value
 	for len(lines) < 3 {
@@ -97,7 +98,7 @@ sinks: [{id: out, type: collect}]
 		}
 	}
 	job.Stop()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	ended := time.Now()
 	for len(complete.lines) > 0 {
 		lines = append(lines, <-complete.lines)
@@ -177,7 +178,7 @@ func TestTaskCheckpointGauges(t *testing.T) {
 	require.NoError(t, err)
 	defer func() {
 		job.Cancel()
-		_ = waitJob(t, job)
+		_ = pipelinetest.WaitJob(t, job)
 	}()
 
 	testkit.WaitFor(t, entered, "the stuck source's task to enter the gate")

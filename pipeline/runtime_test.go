@@ -12,6 +12,7 @@ import (
 
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -203,7 +204,7 @@ sinks:
 		for range c.written {
 		}
 	}()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	require.Equal(t, pipeline.CounterValue(metrics.RecordsOut(info("nums"))), pipeline.CounterValue(metrics.RecordsIn(info("out"))),
 		"a graceful stop drains everything read")
 }
@@ -250,7 +251,7 @@ sinks:
 	}
 	testkit.WaitFor(t, allAcked, "every task to ack checkpoint 3")
 	job.Stop()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	mu.Lock()
 	defer mu.Unlock()
 	for id := int64(1); id <= 3; id++ {
@@ -292,7 +293,7 @@ sinks:
 		plan, _ := load(t, strings.Replace(fmt.Sprintf(text, "x", ""), "    on_error: x\n", "", 1))
 		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Steps[0].OnError)
 		require.Equal(t, pipeline.OnErrorFail, plan.Spec.Sources[0].OnError)
-		err := runJob(context.Background(), plan, pipeline.JobOptions{})
+		err := pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{})
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 	})
 	t.Run("fail", func(t *testing.T) {
@@ -359,8 +360,8 @@ sinks:
 			require.NotNil(t, e.DeadLetters)
 			require.Equal(t, pipeline.Global, e.DeadLetters.Partition)
 			require.NotContains(t, plan.Node("nums").Outputs, e.DeadLetters, "not a node output")
-			store := newMemStore()
-			require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
+			store := pipelinetest.NewMemStore()
+			require.NoError(t, pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: store}))
 			require.Len(t, cols["out"].all(), 750)
 			dead := cols["dead"].all()
 			require.Len(t, dead, 250)
@@ -369,7 +370,7 @@ sinks:
 				require.Equal(t, 0, d["record"].(map[string]any)["n"].(int)%4)
 			}
 			if tt.checkpoint != "" {
-				require.NotZero(t, store.count(), "checkpoints completed")
+				require.NotZero(t, store.Count(), "checkpoints completed")
 			}
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // savepointText is a keyed count from two paced source subtasks to a
@@ -221,7 +222,7 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			require.Equal(t, filepath.Join(dir, pipeline.SavepointFileName(sp.ID, sp.Time)), sp.Path)
 			require.True(t, store.savepoint(sp.ID), "the savepoint's checkpoint is marked as one")
 			job.Cancel() // a crash: what the job did after the savepoint is lost
-			require.ErrorIs(t, waitJob(t, job), context.Canceled)
+			require.ErrorIs(t, pipelinetest.WaitJob(t, job), context.Canceled)
 
 			cp, meta, next := openSavepoint(t, sp.Path)
 			require.Equal(t, sp.ID, cp.ID())
@@ -242,11 +243,11 @@ func TestTriggerSavepointRestores(t *testing.T) {
 			metrics := pipeline.NewMetrics()
 			job2, err := pipeline.Start(context.Background(), plan2, pipeline.JobOptions{Store: store2, Restore: cp, Metrics: metrics})
 			require.NoError(t, err)
-			require.NoError(t, waitJob(t, job2))
+			require.NoError(t, pipelinetest.WaitJob(t, job2))
 			require.Equal(t, sp.ID, metrics.CheckpointStats().Restored.ID)
 			require.Equal(t, float64(sp.ID), gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
 			// A later job of the same run that starts empty clears it.
-			require.NoError(t, runJob(context.Background(), loadSavepointPlan(t, newTxnLog(), "1h", mode, 3, "count: 10"),
+			require.NoError(t, pipelinetest.RunJob(context.Background(), loadSavepointPlan(t, newTxnLog(), "1h", mode, 3, "count: 10"),
 				pipeline.JobOptions{Store: newRecStore(t, 3), Metrics: metrics}))
 			require.Nil(t, metrics.CheckpointStats().Restored)
 			require.Zero(t, gathered(t, metrics.Registry, "eddy_checkpoint_restored_id").GetGauge().GetValue())
@@ -265,7 +266,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	job := startReading(t, plan, pipeline.JobOptions{Store: store})
 	dir := t.TempDir()
 	require.NoError(t, job.StopWithSavepoint(context.Background(), dir))
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	sp, err := job.FinalSavepoint()
 	require.NoError(t, err)
 	require.True(t, sp.Final)
@@ -283,7 +284,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, cp.Close()) }()
 	plan2 := loadSavepointPlan(t, log, "5ms", "exactly_once", 3, fmt.Sprintf("count: %d", n))
-	require.NoError(t, runJob(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), plan2, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
 	requireExactlyOnce(t, log.output(), n)
 }
 
@@ -325,7 +326,7 @@ func TestSavepointOutlivesRetention(t *testing.T) {
 		}
 	}
 	job.Stop()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	store.mu.Lock()
 	for id, sp := range store.savepoints {
 		require.Equal(t, ids[id], sp, "checkpoint %d", id)
@@ -394,7 +395,7 @@ func TestSavepointFailuresLeaveTheJobRunning(t *testing.T) {
 	require.Equal(t, int64(2), stats.LatestFailed.ID)
 	require.Equal(t, int64(3), stats.LatestCompleted.ID)
 	job.Stop()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	_, err = job.TriggerSavepoint(context.Background(), dir)
 	require.ErrorIs(t, err, pipeline.ErrJobEnding)
 }
@@ -409,13 +410,13 @@ func TestSavepointErrors(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrNoCheckpoints)
 	require.ErrorIs(t, job.StopWithSavepoint(context.Background(), t.TempDir()), pipeline.ErrNoCheckpoints)
 	job.Stop()
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 
 	log := newTxnLog()
 	plan = loadSavepointPlan(t, log, "1h", "exactly_once", 3, "count: 10")
 	job, err = pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3)})
 	require.NoError(t, err)
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	_, err = job.TriggerSavepoint(context.Background(), t.TempDir())
 	require.ErrorIs(t, err, pipeline.ErrJobEnding)
 	require.ErrorIs(t, job.StopWithSavepoint(context.Background(), t.TempDir()), pipeline.ErrJobEnding)
@@ -536,7 +537,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 	sp, err := job.TriggerSavepoint(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	job.Cancel()
-	require.ErrorIs(t, waitJob(t, job), context.Canceled)
+	require.ErrorIs(t, pipelinetest.WaitJob(t, job), context.Canceled)
 
 	cp, err := checkpoint.OpenSavepoint(sp.Path)
 	require.NoError(t, err)
@@ -548,7 +549,7 @@ func TestSavepointIsAlignedInAtLeastOnceMode(t *testing.T) {
 		counts[src] = int(binary.BigEndian.Uint64(pos)) + 500
 	}
 	plan = loadAligned(t, log, "at_least_once", fmt.Sprintf("count: %d", counts["a"]), fmt.Sprintf("count: %d", counts["b"]))
-	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: newRecStore(t, 3), Restore: cp}))
 
 	seen := map[string]map[int]int{"a": {}, "b": {}}
 	perKey := map[int][]int64{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,8 +34,8 @@ sinks:
 	require.NoError(t, err)
 	require.Equal(t, "ok", spec.Name)
 	require.Equal(t, 64, spec.MaxParallelism)
-	require.Equal(t, 7, spec.Sources[0].Config.(*seqSourceConfig).Count)
-	require.Equal(t, "fallback", spec.Sources[0].Config.(*seqSourceConfig).Tag)
+	require.Equal(t, 7, spec.Sources[0].Config.(*pipelinetest.SeqSourceConfig).Count)
+	require.Equal(t, "fallback", spec.Sources[0].Config.(*pipelinetest.SeqSourceConfig).Tag)
 	require.Equal(t, "where_1", spec.Steps[0].ID, "default ids are kind_position")
 	require.Equal(t, []pipeline.StreamRef{{Node: "nums"}}, spec.Steps[0].Inputs)
 	require.Equal(t, []pipeline.StreamRef{{Node: "where_1"}}, spec.Steps[1].Inputs, "from defaults to the previous step")
@@ -78,7 +79,7 @@ func TestLoadSubstitution(t *testing.T) {
 			text := "version: 1\nname: env  # set ${EDDY_TEST_UNSET} first\n# ${EDDY_TEST_UNSET} is not needed\nsources:\n  - " + src + "\nsinks: [{type: collect}]\n"
 			spec, err := pipeline.Load(testEnv(), "env.yaml", []byte(text))
 			require.NoError(t, err)
-			cfg := spec.Sources[0].Config.(*seqSourceConfig)
+			cfg := spec.Sources[0].Config.(*pipelinetest.SeqSourceConfig)
 			require.Equal(t, tt.want, cfg.Tag)
 			if tt.count != "" {
 				require.Equal(t, 7, cfg.Count)
@@ -256,7 +257,7 @@ func FuzzLoad(f *testing.F) {
 // a typo away, or the kind another tool's name stands for.
 func TestLoadStepKindSuggestion(t *testing.T) {
 	env := pipeline.NewEnv()
-	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &seqSourceConfig{} }})
+	env.RegisterSource(pipeline.SourcePlugin{Type: "seq", New: func() pipeline.SourceConfig { return &pipelinetest.SeqSourceConfig{} }})
 	env.RegisterSink(pipeline.SinkPlugin{Type: "collect", New: func() pipeline.SinkConfig { return &collectConfig{} }})
 	for _, kind := range []string{"filter", "map", "key_by"} {
 		env.RegisterStep(pipeline.StepPlugin{Kind: kind, New: func() pipeline.StepConfig { return &passConfig{} }})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // The runtime's timer-driven behaviour, tested in testing/synctest bubbles:
@@ -61,7 +62,7 @@ sinks:
 		synctest.Wait()
 		require.Len(t, cols["out"].all(), 5, "at the buffer timeout the batch went out")
 		job.Stop()
-		require.NoError(t, waitJob(t, job))
+		require.NoError(t, pipelinetest.WaitJob(t, job))
 	})
 }
 
@@ -82,23 +83,21 @@ sinks:
   - id: out
     type: collect
 `)
-		store := newMemStore()
+		store := pipelinetest.NewMemStore()
 		start := time.Now()
 		job := startJob(t, plan, pipeline.JobOptions{Store: store})
 		for n := range 4 {
 			synctest.Wait()
-			require.Equal(t, n, store.count(), "checkpoints completed after %s", time.Since(start))
+			require.Equal(t, n, store.Count(), "checkpoints completed after %s", time.Since(start))
 			time.Sleep(time.Second - time.Millisecond)
 			synctest.Wait()
-			require.Equal(t, n, store.count(), "checkpoints completed after %s", time.Since(start))
+			require.Equal(t, n, store.Count(), "checkpoints completed after %s", time.Since(start))
 			time.Sleep(time.Millisecond)
 		}
 		job.Cancel()
-		require.ErrorIs(t, waitJob(t, job), context.Canceled)
-		store.mu.Lock()
-		defer store.mu.Unlock()
+		require.ErrorIs(t, pipelinetest.WaitJob(t, job), context.Canceled)
 		for id := int64(1); id <= 3; id++ {
-			require.Equal(t, time.Duration(id)*time.Second, store.metas[id].Time.Sub(start), "checkpoint %d triggered", id)
+			require.Equal(t, time.Duration(id)*time.Second, store.Meta(id).Time.Sub(start), "checkpoint %d triggered", id)
 		}
 	})
 }
@@ -138,7 +137,7 @@ sinks:
 		// busy read n = 0..49 (event time n): its watermark is 49 - 1.
 		require.Equal(t, []int64{48}, watermarksOf(cols["out"].all()), "quiet is idle: busy's watermark goes through")
 		job.Stop()
-		require.NoError(t, waitJob(t, job))
+		require.NoError(t, pipelinetest.WaitJob(t, job))
 	})
 }
 
@@ -210,6 +209,6 @@ sinks:
 		synctest.Wait()
 		require.Equal(t, []int64{1000, 2000, 3000}, ticks())
 		job.Stop()
-		require.NoError(t, waitJob(t, job))
+		require.NoError(t, pipelinetest.WaitJob(t, job))
 	})
 }

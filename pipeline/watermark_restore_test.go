@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // A restored source starts from the watermark of the checkpoint: what was
@@ -41,11 +42,11 @@ sinks:
   - id: out
     type: collect
 `
-	store := newMemStore()
+	store := pipelinetest.NewMemStore()
 	plan, _ := load(t, text)
 	job, err := pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: store})
 	require.NoError(t, err)
-	for store.count() < 2 {
+	for store.Count() < 2 {
 		select {
 		case <-job.Done():
 			require.FailNow(t, "the unbounded job ended", "%v", job.Wait())
@@ -53,16 +54,16 @@ sinks:
 		}
 	}
 	job.Cancel()
-	_ = waitJob(t, job)
+	_ = pipelinetest.WaitJob(t, job)
 
-	restored := store.latest()
+	restored := store.Latest()
 	b, err := restored.Get("wm/nums/0")
 	require.NoError(t, err, "the checkpoint holds the source's watermark")
 	wm := int64(binary.BigEndian.Uint64(b))
 	require.Positive(t, wm)
 
 	plan, cols := load(t, text)
-	job, err = pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: newMemStore(), Restore: restored})
+	job, err = pipeline.Start(context.Background(), plan, pipeline.JobOptions{Store: pipelinetest.NewMemStore(), Restore: restored})
 	require.NoError(t, err)
 	var wms []int64
 	for len(wms) < 50 {
@@ -74,7 +75,7 @@ sinks:
 		wms = watermarksOf(cols["out"].all())
 	}
 	job.Cancel()
-	_ = waitJob(t, job)
+	_ = pipelinetest.WaitJob(t, job)
 	require.Equal(t, wm, wms[0], "the first watermark after the restore is the checkpoint's")
 	for _, w := range wms {
 		require.GreaterOrEqual(t, w, wm, "a watermark below the checkpoint's after the restore")

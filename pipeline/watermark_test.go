@@ -9,6 +9,7 @@ import (
 
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,7 +84,7 @@ sinks:
 	// the watermark back).
 	job := runUntilWatermark(t, plan, c, 500)
 	job.Cancel()
-	require.ErrorIs(t, waitJob(t, job), context.Canceled)
+	require.ErrorIs(t, pipelinetest.WaitJob(t, job), context.Canceled)
 	// fast runs far ahead (n*100) and ends (+inf); slow never ends. The
 	// union's watermark is the minimum: never ahead of what slow has sent.
 	slowMax, fastSeen := int64(-1), false
@@ -150,7 +151,7 @@ sinks:
 		m := pipeline.NewMetrics()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		require.NoError(t, runJob(ctx, plan, pipeline.JobOptions{Metrics: m}))
+		require.NoError(t, pipelinetest.RunJob(ctx, plan, pipeline.JobOptions{Metrics: m}))
 		var ts []int64
 		for _, r := range cols["out"].all() {
 			if v, ok := r["ts"]; ok {
@@ -163,7 +164,7 @@ sinks:
 	})
 	t.Run("default is fail", func(t *testing.T) {
 		plan, _ := load(t, fmt.Sprintf(text, ""))
-		err := runJob(context.Background(), plan, pipeline.JobOptions{})
+		err := pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{})
 		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
 		require.ErrorContains(t, err, `record failed in "nums": event_time "n == 3 ? \"yesterday\" : \"2024-05-01 11:59:5\" + string(n) + \".414\"": "yesterday" is not an RFC 3339 timestamp, a date or epoch milliseconds (parse other layouts with ts_parse(field, layout))`)
 	})

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // A chain of a full part and deltas merges into the bytes of a full
 // snapshot of the last checkpoint's state; each delta holds only what
 // changed, so it is smaller than the full part.
 func TestIncrementalChainMergesToFullSnapshot(t *testing.T) {
-	parts, want := statestore.ChainParts(t, 4)
+	parts, want := statestoretest.ChainParts(t, 4)
 	for i, p := range parts[1:] {
 		require.Less(t, len(p), len(parts[0])/2, "delta part %d", i+2)
 	}

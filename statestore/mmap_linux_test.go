@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bufio"
 	"io"
 	"math"
 	"os"
@@ -11,38 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-)
 
-// mappedBytes returns the size of the process's mappings of path, from
-// /proc/self/maps.
-func mappedBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var total int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// start-end perms offset dev inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || fields[5] != path {
-			continue
-		}
-		start, end, _ := strings.Cut(fields[0], "-")
-		s, err1 := strconv.ParseUint(start, 16, 64)
-		e, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("mapping %q: %v %v", sc.Text(), err1, err2)
-		}
-		total += int64(e - s)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return total
-}
+	"github.com/eddy-stream/eddy/internal/testkit"
+)
 
 // A write that grows a bbolt file past its mapping waits for every read
 // transaction, and a snapshot of the bbolt backend is one while it is
@@ -66,7 +36,7 @@ func TestFilesMapTheReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if got := mappedBytes(t, filepath.Join(dir, BoltFileName)); got != int64(mmapReserve) {
+	if got := testkit.MappedBytes(t, filepath.Join(dir, BoltFileName)); got != int64(mmapReserve) {
 		t.Errorf("live state file: %d bytes mapped, want %d", got, mmapReserve)
 	}
 }
@@ -121,7 +91,7 @@ func TestOpenWithLimitedAddressSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if got := mappedBytes(t, filepath.Join(dir, BoltFileName)); got == 0 || got >= int64(mmapReserve) {
+	if got := testkit.MappedBytes(t, filepath.Join(dir, BoltFileName)); got == 0 || got >= int64(mmapReserve) {
 		t.Errorf("live state file: %d bytes mapped, want some, below %d", got, mmapReserve)
 	}
 	v, err := RegisterValue(b, ValueDescriptor[string]{Name: "v"})

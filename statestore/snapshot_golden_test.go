@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -116,9 +117,9 @@ func goldenState(t *testing.T, open func(testing.TB, statestore.Options) statest
 		flg.Put(k, "", i%2 == 0)
 		flt.Put(k, "", floats[i%len(floats)])
 	}
-	box, err := statestore.RegisterAggregating(be, benchBoxDescriptor())
+	box, err := statestore.RegisterAggregating(be, statestoretest.BenchBoxDescriptor())
 	require.NoError(t, err)
-	boxes, err := statestore.RegisterValue(be, statestore.ValueDescriptor[*benchBox]{Name: "boxes"})
+	boxes, err := statestore.RegisterValue(be, statestore.ValueDescriptor[*statestoretest.BenchBox]{Name: "boxes"})
 	require.NoError(t, err)
 	for i := range 200 {
 		k := fmt.Sprintf("k%d", i)
@@ -128,7 +129,7 @@ func goldenState(t *testing.T, open func(testing.TB, statestore.Options) statest
 		if i%5 == 0 {
 			boxes.Put(k, "", nil)
 		} else {
-			boxes.Put(k, "", &benchBox{n: int64(i), sum: float64(i) / 3, last: text(), maxTime: -int64(i)})
+			boxes.Put(k, "", &statestoretest.BenchBox{N: int64(i), Sum: float64(i) / 3, Last: text(), MaxTime: -int64(i)})
 		}
 	}
 	list, err := statestore.RegisterList(be, statestore.ListDescriptor[string]{Name: "list"})
@@ -170,7 +171,7 @@ func goldenState(t *testing.T, open func(testing.TB, statestore.Options) statest
 		flg.Put(k, "", true)
 		flt.Put(k, "", 2.5)
 		box.Add(k, "w", "all")
-		boxes.Put(k, "", &benchBox{n: 1})
+		boxes.Put(k, "", &statestoretest.BenchBox{N: 1})
 		list.Add(k, "", "all")
 		mp.Put(k, "", "all", 1)
 		ttl.Put(k, "", 1)

@@ -20,6 +20,7 @@ import (
 	"github.com/eddy-stream/eddy/connectors/writeahead"
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/pipeline/pipelinetest"
 )
 
 // waLog is the output of waSink: what its Flush made durable. It outlives
@@ -192,7 +193,7 @@ func requireEach(t *testing.T, log *waLog, count, times int) {
 
 // gateStore holds every checkpoint's completion until the test releases it.
 type gateStore struct {
-	*memStore
+	*pipelinetest.MemStore
 	completing chan int64
 	release    chan struct{}
 }
@@ -204,7 +205,7 @@ type gatePending struct {
 }
 
 func (g *gateStore) Begin(id int64, meta checkpoint.Meta) (checkpoint.Writer, error) {
-	p, err := g.memStore.Begin(id, meta)
+	p, err := g.MemStore.Begin(id, meta)
 	return gatePending{Writer: p, g: g, id: id}, err
 }
 
@@ -222,7 +223,7 @@ func TestWriteAheadHoldsRecordsUntilComplete(t *testing.T) {
 	const count = 2000
 	log := &waLog{}
 	plan := loadWA(t, fmt.Sprintf(waText, "5ms", count, 1, 1), log)
-	store := &gateStore{memStore: newMemStore(), completing: make(chan int64), release: make(chan struct{})}
+	store := &gateStore{MemStore: pipelinetest.NewMemStore(), completing: make(chan int64), release: make(chan struct{})}
 	var mu sync.Mutex
 	positions := map[int64]int{} // the source's next n at each barrier
 	onAck := func(a pipeline.Ack) {
@@ -259,7 +260,7 @@ loop:
 			break loop
 		}
 	}
-	require.NoError(t, waitJob(t, job))
+	require.NoError(t, pipelinetest.WaitJob(t, job))
 	require.Equal(t, count, held, "every record was held by some checkpoint")
 	t.Logf("%d checkpoints", checkpoints)
 	requireEach(t, log, count, 1)
@@ -277,16 +278,16 @@ func TestWriteAheadCrashBeforeCommit(t *testing.T) {
 	}{{"5ms", 2}, {"5ms", 1}, {"5ms", 3}, {"1h", 2}, {"1h", 1}, {"1h", 3}} {
 		t.Run(fmt.Sprintf("interval %s, restored at sink parallelism %d", tc.interval, tc.par), func(t *testing.T) {
 			const count = 3000
-			store, log, dir := newMemStore(), &waLog{}, t.TempDir()
+			store, log, dir := pipelinetest.NewMemStore(), &waLog{}, t.TempDir()
 			log.failWriteOf(1)
 			plan := loadWA(t, fmt.Sprintf(waText, tc.interval, count, 2, 2), log)
-			err := runJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir})
+			err := pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir})
 			require.ErrorIs(t, err, errDied)
-			restored := store.latest()
+			restored := store.Latest()
 			require.NotNil(t, restored, "the checkpoint whose commit failed completed")
 
 			plan = loadWA(t, fmt.Sprintf(waText, tc.interval, count, 2, tc.par), log)
-			require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir, Restore: restored}))
+			require.NoError(t, pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: store, StateDir: dir, Restore: restored}))
 			requireEach(t, log, count, 1)
 		})
 	}
@@ -298,12 +299,12 @@ func TestWriteAheadCrashBeforeCommit(t *testing.T) {
 // writes the records again, which shows the marker is what prevents it.
 func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	const count = 1000
-	store, log, dir := newMemStore(), &waLog{}, t.TempDir()
+	store, log, dir := pipelinetest.NewMemStore(), &waLog{}, t.TempDir()
 	// No periodic checkpoint: the final one holds every record.
 	text := fmt.Sprintf(waText, "1h", count, 1, 1)
-	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir}))
 	requireEach(t, log, count, 1)
-	final := store.latest()
+	final := store.Latest()
 	require.NotNil(t, final)
 	markers, err := filepath.Glob(filepath.Join(dir, writeahead.Dir, "out", "*"))
 	require.NoError(t, err)
@@ -312,11 +313,11 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d\n", final.ID()), string(b))
 
-	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 1)
 
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, writeahead.Dir)))
-	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: final}))
 	requireEach(t, log, count, 2)
 }
 
@@ -328,13 +329,13 @@ func TestWriteAheadRepeatedCommitIsNoop(t *testing.T) {
 func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 	dir, log := t.TempDir(), &waLog{}
 	text := func(count int) string { return fmt.Sprintf(waText, "1h", count, 1, 1) }
-	first := newMemStore()
-	require.NoError(t, runJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: first, StateDir: dir}))
+	first := pipelinetest.NewMemStore()
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: first, StateDir: dir}))
 	requireEach(t, log, 1000, 1)
 
 	// A fresh start with a new store: its checkpoint 1 is not the one the
 	// marker says was committed.
-	require.NoError(t, runJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: newMemStore(), StateDir: dir}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text(1000), log), pipeline.JobOptions{Store: pipelinetest.NewMemStore(), StateDir: dir}))
 	requireEach(t, log, 1000, 2)
 
 	// A marker from a later lineage than the checkpoint restored: the
@@ -342,8 +343,8 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 	marker := filepath.Join(dir, writeahead.Dir, "out", "0.committed")
 	require.NoError(t, os.WriteFile(marker, []byte("100\n"), 0o644))
 	log = &waLog{}
-	require.NoError(t, runJob(context.Background(), loadWA(t, text(1500), log),
-		pipeline.JobOptions{Store: newMemStore(), StateDir: dir, Restore: first.latest()}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text(1500), log),
+		pipeline.JobOptions{Store: pipelinetest.NewMemStore(), StateDir: dir, Restore: first.Latest()}))
 	ns := log.ns()
 	slices.Sort(ns)
 	require.Len(t, ns, 500)
@@ -352,7 +353,7 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 	}
 	b, err := os.ReadFile(marker)
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("%d\n", first.latest().ID()+1), string(b))
+	require.Equal(t, fmt.Sprintf("%d\n", first.Latest().ID()+1), string(b))
 }
 
 // TestWriteAheadCrashAfterFlush is the known window of at-least-once: the
@@ -361,14 +362,14 @@ func TestWriteAheadMarkersFollowTheRestore(t *testing.T) {
 // records again (as Flink's GenericWriteAheadSink does).
 func TestWriteAheadCrashAfterFlush(t *testing.T) {
 	const count = 1000
-	store, log, dir := newMemStore(), &waLog{}, t.TempDir()
+	store, log, dir := pipelinetest.NewMemStore(), &waLog{}, t.TempDir()
 	log.failNextFlush()
 	text := fmt.Sprintf(waText, "1h", count, 1, 1)
-	err := runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir})
+	err := pipelinetest.RunJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir})
 	require.ErrorIs(t, err, errDied)
 	requireEach(t, log, count, 1)
 
-	require.NoError(t, runJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: store.latest()}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), loadWA(t, text, log), pipeline.JobOptions{Store: store, StateDir: dir, Restore: store.Latest()}))
 	requireEach(t, log, count, 2)
 }
 
@@ -395,7 +396,7 @@ sources: [{ id: in, type: fixed, fixed: true }]
 sinks: [{ id: out, type: plain, write_ahead: true }]
 `, log)
 	plan.Spec.Sources[0].Config.(*fixedConfig).records = []pipeline.Record{want[0].Clone(), want[1].Clone()}
-	require.NoError(t, runJob(context.Background(), plan, pipeline.JobOptions{Store: newMemStore(), StateDir: t.TempDir()}))
+	require.NoError(t, pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: pipelinetest.NewMemStore(), StateDir: t.TempDir()}))
 	require.Equal(t, want, log.all())
 }
 
@@ -403,7 +404,7 @@ sinks: [{ id: out, type: plain, write_ahead: true }]
 // sink does not open.
 func TestWriteAheadNeedsStateDir(t *testing.T) {
 	plan := loadWA(t, fmt.Sprintf(waText, "1h", 10, 1, 1), &waLog{})
-	err := runJob(context.Background(), plan, pipeline.JobOptions{Store: newMemStore()})
+	err := pipelinetest.RunJob(context.Background(), plan, pipeline.JobOptions{Store: pipelinetest.NewMemStore()})
 	require.ErrorContains(t, err, `open sink "out": write_ahead needs a state directory`)
 }
 
