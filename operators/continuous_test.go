@@ -19,6 +19,7 @@ import (
 	"github.com/eddy-stream/eddy/operators/agg"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // keyedHarness drives the operator of a keyed step "s" (key_by with an
@@ -181,11 +182,8 @@ func (h *keyedHarness) snapshot() [][]byte {
 func encodeSnapshot(t testing.TB, snap statestore.Snapshot) [][]byte {
 	t.Helper()
 	defer snap.Release()
-	var blobs [][]byte
-	require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
-		blobs = append(blobs, blob)
-		return nil
-	}))
+	_, blobs, err := statestoretest.Blobs(snap)
+	require.NoError(t, err)
 	return blobs
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // Data-driven window scenarios (in the manner of pebble's datadriven and
@@ -245,8 +246,8 @@ func (s *scenario) open(blobs [][]byte) {
 func (s *scenario) restart() {
 	snap, err := s.backend.Snapshot()
 	require.NoError(s.t, err)
-	var blobs [][]byte
-	require.NoError(s.t, snap.EncodeGroups(func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
+	_, blobs, err := statestoretest.Blobs(snap)
+	require.NoError(s.t, err)
 	snap.Release()
 	s.open(blobs)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/eddy-stream/eddy/internal/testkit"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // TestWindowProperty runs random out-of-order input (random keys, bounded
@@ -190,8 +191,7 @@ func checkAgainstReference(t *testing.T, rng *rand.Rand, c propConfig) {
 			snap, err := p.backend.Snapshot()
 			require.NoError(t, err)
 			go func() {
-				var blobs [][]byte
-				err := snap.EncodeGroups(func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil })
+				_, blobs, err := statestoretest.Blobs(snap)
 				snap.Release()
 				encoded <- encodedSnap{blobs, err}
 			}()

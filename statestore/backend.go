@@ -96,7 +96,7 @@ type Backend interface {
 	// returns the backend's sticky error, if any.
 	Snapshot() (Snapshot, error)
 
-	// Restore loads blobs written by Snapshot.EncodeGroups or WriteTo, by
+	// Restore loads blobs written by Snapshot.WriteTo (split by SplitBlobs), by
 	// backends of any parallelism, as long as they use the same KeyGroupFunc.
 	// Every blob must belong to a key group of this backend's range
 	// (ErrKeyGroupRange; BlobKeyGroup and SplitBlobs help select them) and
@@ -182,13 +182,10 @@ const (
 type Snapshot interface {
 	// KeyGroupRange returns the key groups [start, end) the snapshot covers.
 	KeyGroupRange() (start, end int)
-	// EncodeGroups calls fn with the blob of every key group that holds state
-	// or timers, in key-group order; empty key groups have no blob. fn owns
-	// the blob. Entries whose TTL expired when the snapshot was taken are
-	// left out.
-	EncodeGroups(fn func(group int, blob []byte) error) error
-	// WriteTo writes every blob of EncodeGroups back to back, one Write
-	// each; SplitBlobs splits such a stream again.
+	// WriteTo writes the blob of every key group that holds state or
+	// timers, in key-group order, back to back, one Write each; empty key
+	// groups have no blob, and entries whose TTL expired when the snapshot
+	// was taken are left out. SplitBlobs splits such a stream again.
 	WriteTo(w io.Writer) (int64, error)
 	// WriteAndRelease is WriteTo followed by Release (also on an error),
 	// except that the snapshot lets go of each key group as soon as the

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/statestore"
+	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
 // backends lists every Backend implementation. Every backend test runs
@@ -228,11 +229,12 @@ func snapshotBlobs(t testing.TB, b statestore.Backend) map[int][]byte {
 	s, err := b.Snapshot()
 	require.NoError(t, err)
 	defer s.Release()
+	groups, list, err := statestoretest.Blobs(s)
+	require.NoError(t, err)
 	blobs := map[int][]byte{}
-	require.NoError(t, s.EncodeGroups(func(g int, blob []byte) error {
-		blobs[g] = blob
-		return nil
-	}))
+	for i, g := range groups {
+		blobs[g] = list[i]
+	}
 	return blobs
 }
 

@@ -131,7 +131,7 @@ type BoltOptions struct {
 // has the types a restore would give it (an `any` integer comes back as
 // int64); Snapshot writes the dirty part of the cache before it returns.
 // Close ends the backend's snapshots: one being encoded finishes first, a
-// later EncodeGroups or WriteTo returns ErrClosed.
+// later WriteTo returns ErrClosed.
 type Bolt struct {
 	kg         KeyGroupFunc
 	clock      func() int64
@@ -815,10 +815,6 @@ func (s *boltSnap) end(state int) {
 type boltSnapshot struct{ s *boltSnap }
 
 func (o *boltSnapshot) KeyGroupRange() (start, end int) { return o.s.snap.start, o.s.snap.end }
-
-func (o *boltSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
-	return o.encode(func(m *memSnapshot) error { return m.EncodeGroups(fn) })
-}
 
 func (o *boltSnapshot) WriteTo(w io.Writer) (n int64, err error) {
 	err = o.encode(func(m *memSnapshot) (err error) {

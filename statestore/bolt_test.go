@@ -383,15 +383,21 @@ func TestBoltSnapshotLifetime(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			first := true
-			encErr = s.EncodeGroups(func(g int, blob []byte) error {
+			var stream bytes.Buffer
+			_, encErr = s.WriteTo(writerFunc(func(blob []byte) (int, error) {
 				if first {
 					first = false
 					close(started)
 					<-resume
 				}
-				got[g] = blob
-				return nil
-			})
+				return stream.Write(blob)
+			}))
+			if encErr == nil {
+				encErr = statestore.SplitBlobs(stream.Bytes(), func(g int, blob []byte) error {
+					got[g] = blob
+					return nil
+				})
+			}
 		})
 		<-started
 		closed := make(chan error, 1)
@@ -480,3 +486,8 @@ func TestBoltRegisterAfterRestoreKeepsRecords(t *testing.T) {
 	require.Equal(t, strings.Repeat("x", 100), got)
 	require.NoError(t, statestore.CheckBoltCache(dst))
 }
+
+// writerFunc is an io.Writer that calls itself.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

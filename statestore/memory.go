@@ -629,11 +629,7 @@ func (w *blobWriter) appendGroup(dst []byte, gi int) ([]byte, error) {
 	return dst, nil
 }
 
-// The three ways to encode a snapshot are one loop, encode.
-
-func (s *memSnapshot) EncodeGroups(fn func(group int, blob []byte) error) error {
-	return s.encode(false, func(group int, blob []byte) error { return fn(group, bytes.Clone(blob)) })
-}
+// The two ways to encode a snapshot are one loop, encode.
 
 func (s *memSnapshot) WriteTo(w io.Writer) (int64, error) { return s.writeTo(w, false) }
 

@@ -62,13 +62,10 @@ func goldenState(t *testing.T, open func(testing.TB, statestore.Options) statest
 	for i := range 50 {
 		ghost.Put(fmt.Sprintf("g%d", i), "", text())
 	}
-	var ghostBlobs [][]byte
 	snap, err := src.Snapshot()
 	require.NoError(t, err)
-	require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
-		ghostBlobs = append(ghostBlobs, blob)
-		return nil
-	}))
+	_, ghostBlobs, err := statestoretest.Blobs(snap)
+	require.NoError(t, err)
 	snap.Release()
 
 	be := open(t, opts)

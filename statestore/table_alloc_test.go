@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -57,8 +58,11 @@ func restoreValues(t *testing.T, snap Snapshot) ValueState[int64] {
 	t.Helper()
 	restored, err := NewMemory(Options{KeyGroup: func(string) int { return 0 }, KeyGroups: [2]int{0, 1}})
 	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
 	var blobs [][]byte
-	require.NoError(t, snap.EncodeGroups(func(_ int, blob []byte) error {
+	require.NoError(t, SplitBlobs(buf.Bytes(), func(_ int, blob []byte) error {
 		blobs = append(blobs, blob)
 		return nil
 	}))

@@ -24,13 +24,12 @@ func BenchmarkRestore(b *testing.B) {
 			ns := statestoretest.FillWindowState(b, src, nKeys)
 			snap, err := src.Snapshot()
 			require.NoError(b, err)
-			var blobs [][]byte
+			_, blobs, err := statestoretest.Blobs(snap)
+			require.NoError(b, err)
 			size := 0
-			require.NoError(b, snap.EncodeGroups(func(_ int, blob []byte) error {
-				blobs = append(blobs, blob)
+			for _, blob := range blobs {
 				size += len(blob)
-				return nil
-			}))
+			}
 			snap.Release()
 			b.SetBytes(int64(size))
 			b.ReportAllocs()

@@ -158,3 +158,18 @@ func ChainParts(tb testing.TB, n int) (parts [][]byte, want []byte) {
 	}
 	return parts, want
 }
+
+// Blobs encodes s with WriteTo and splits the stream with SplitBlobs: the
+// blobs of the key groups that hold state, in key-group order, with their
+// groups; what Restore takes.
+func Blobs(s statestore.Snapshot) (groups []int, blobs [][]byte, err error) {
+	var buf bytes.Buffer
+	if _, err := s.WriteTo(&buf); err != nil {
+		return nil, nil, err
+	}
+	err = statestore.SplitBlobs(buf.Bytes(), func(g int, blob []byte) error {
+		groups, blobs = append(groups, g), append(blobs, blob)
+		return nil
+	})
+	return groups, blobs, err
+}
