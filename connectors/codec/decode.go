@@ -43,6 +43,13 @@ func (JSONDecoder) Decode(line []byte) (map[string]any, error) {
 	return m, err
 }
 
+// DecodeReporting is Decode, and also reports whether a string held invalid
+// UTF-8 (or a lone surrogate escape) that became U+FFFD, for a source that
+// decodes one value at a time (Kafka) to count such records.
+func (JSONDecoder) DecodeReporting(line []byte) (m map[string]any, invalidUTF8 bool, err error) {
+	return JSONDecoder{}.decode(line)
+}
+
 // decode decodes one JSON object; invalid tells whether a string held
 // invalid UTF-8 (or a lone surrogate escape) replaced with U+FFFD.
 func (JSONDecoder) decode(line []byte) (m map[string]any, invalid bool, err error) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -63,6 +64,11 @@ type source struct {
 	// pending is the records the subtask has yet to read, over its
 	// partitions (Read goroutine; nil without metrics).
 	pending prometheus.Gauge
+	// invalidUTF8 counts the json values whose strings held invalid UTF-8
+	// (replaced with U+FFFD); warnedUTF8 is set once the first was logged.
+	// Partition goroutines decode concurrently.
+	invalidUTF8 prometheus.Counter
+	warnedUTF8  atomic.Bool
 
 	// Task goroutine: the offsets committed to group_id last.
 	committed map[topicPartition]int64
@@ -112,6 +118,7 @@ func (s *source) Open(ctx context.Context, sc *pipeline.SourceContext) (err erro
 	s.free = make(chan *event, 16)
 	if sc.Metrics != nil {
 		s.pending = sc.Metrics.SourcePending(sc.SubtaskInfo)
+		s.invalidUTF8 = sc.Metrics.InvalidUTF8(sc.SubtaskInfo)
 	}
 	conf, err := s.cfg.consumerConfig()
 	if err != nil {
@@ -653,7 +660,10 @@ func (s *source) decode(dec valueDecoder, msgs []*sarama.ConsumerMessage, stop i
 			return
 		}
 		ev.next = m.Offset + 1
-		fields, err := dec(m.Value)
+		fields, invalidUTF8, err := dec(m.Value)
+		if invalidUTF8 && err == nil {
+			s.replacedUTF8(m)
+		}
 		if err != nil {
 			ev.failed = append(ev.failed, pipeline.FailedRecord{
 				Fields: map[string]any{"raw": string(m.Value)},
@@ -680,6 +690,19 @@ func (s *source) decode(dec valueDecoder, msgs []*sarama.ConsumerMessage, stop i
 	}
 	if stop != noStop && ev.next >= stop {
 		ev.done = true
+	}
+}
+
+// replacedUTF8 counts a message whose json strings held invalid UTF-8 and
+// logs the first of the subtask's at warn level. Called from partition
+// goroutines.
+func (s *source) replacedUTF8(m *sarama.ConsumerMessage) {
+	if s.invalidUTF8 != nil {
+		s.invalidUTF8.Inc()
+	}
+	if s.warnedUTF8.CompareAndSwap(false, true) {
+		s.logger.Warn("invalid UTF-8 in a json string was replaced with U+FFFD; later ones are counted in eddy_source_invalid_utf8_total",
+			"source", s.id, "partition", topicPartition{m.Topic, m.Partition}.String(), "offset", m.Offset)
 	}
 }
 
@@ -794,40 +817,42 @@ func (s *source) CheckpointComplete(_ context.Context, _ int64, position []byte)
 	return nil
 }
 
-// valueDecoder turns a message value into a record's fields.
-type valueDecoder func(value []byte) (map[string]any, error)
+// valueDecoder turns a message value into a record's fields; invalidUTF8
+// reports a json value whose strings held invalid UTF-8, replaced with
+// U+FFFD.
+type valueDecoder func(value []byte) (fields map[string]any, invalidUTF8 bool, err error)
 
 // newValueDecoder returns a decoder of the configured format; a csv one
 // belongs to one goroutine.
 func (c *SourceConfig) newValueDecoder() valueDecoder {
 	switch c.Format {
 	case FormatRaw:
-		return func(v []byte) (map[string]any, error) {
+		return func(v []byte) (map[string]any, bool, error) {
 			if v == nil {
-				return map[string]any{"value": nil}, nil
+				return map[string]any{"value": nil}, false, nil
 			}
-			return map[string]any{"value": string(v)}, nil
+			return map[string]any{"value": string(v)}, false, nil
 		}
 	case codec.Text:
-		return func(v []byte) (map[string]any, error) { return map[string]any{"line": string(v)}, nil }
+		return func(v []byte) (map[string]any, bool, error) { return map[string]any{"line": string(v)}, false, nil }
 	case codec.CSV:
 		d := &codec.CSVDecoder{Comma: delimiter(c.CSVDelimiter)}
 		_, _ = d.Decode(csvHeader(c.Columns, d.Comma))
-		return func(v []byte) (map[string]any, error) {
+		return func(v []byte) (map[string]any, bool, error) {
 			v = bytes.TrimSuffix(bytes.TrimSuffix(v, []byte("\n")), []byte("\r"))
 			m, err := d.Decode(v)
 			if m == nil && err == nil {
 				m = map[string]any{} // an empty value (a tombstone)
 			}
-			return m, err
+			return m, false, err
 		}
 	}
-	return func(v []byte) (map[string]any, error) {
-		m, err := codec.JSONDecoder{}.Decode(v)
+	return func(v []byte) (map[string]any, bool, error) {
+		m, invalid, err := codec.JSONDecoder{}.DecodeReporting(v)
 		if m == nil && err == nil {
 			m = map[string]any{} // an empty value (a tombstone)
 		}
-		return m, err
+		return m, invalid, err
 	}
 }
 

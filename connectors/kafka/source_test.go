@@ -952,3 +952,32 @@ func BenchmarkKafkaSource(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// Invalid UTF-8 in a json value's strings becomes U+FFFD, as in the file
+// source, and each such message is counted in
+// eddy_source_invalid_utf8_total.
+func TestKafkaSourceCountsInvalidUTF8(t *testing.T) {
+	brokers := testBrokers(t)
+	topic := testTopic(t, brokers, 1)
+	produce(t, brokers,
+		&sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder("{\"s\":\"a\xffb\"}")},
+		&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(`{"s":"ok"}`)},
+		&sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder("{\"s\":\"\xc3\"}")},
+	)
+	cfg := loadKafkaSource(t, brokers, fmt.Sprintf("topics: [%s]\nstop_at: latest", topic))
+	src, err := cfg.NewSource()
+	require.NoError(t, err)
+	metrics := pipeline.NewMetrics()
+	info := conntest.Info("src", 0, 1)
+	info.Metrics = metrics
+	require.NoError(t, src.Open(t.Context(), &pipeline.SourceContext{SubtaskInfo: info}))
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	var got []any
+	for _, b := range drainKafka(t, src.(*source)) {
+		for _, r := range b.Records {
+			got = append(got, r.Fields["s"])
+		}
+	}
+	require.Equal(t, []any{"a\uFFFDb", "ok", "\uFFFD"}, got)
+	require.Equal(t, 2.0, pipeline.CounterValue(metrics.InvalidUTF8(info)))
+}
