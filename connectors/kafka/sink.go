@@ -405,8 +405,14 @@ func (s *sink) Write(ctx context.Context, batch []pipeline.Record) error {
 	}
 	for i := range batch {
 		msg, err := s.message(out, &batch[i])
-		if err != nil {
-			return s.fail(err)
+		var fault *sinkFault
+		switch {
+		case errors.As(err, &fault):
+			return s.fail(fault.err)
+		case err != nil:
+			// The record's own fault: the ones before it are sent, and the
+			// runtime flushes them before it fails the task.
+			return &pipeline.SinkRecordError{Index: i, Err: err}
 		}
 		if err := out.send(ctx, msg); err != nil {
 			return s.fail(s.errorf("%w", err))
@@ -529,7 +535,9 @@ func (s *sink) failed() error {
 }
 
 // message builds the Kafka record of r. The key, value and header bytes
-// live in the sink's arena; the message struct is recycled from out.
+// live in the sink's arena; the message struct is recycled from out. An
+// error is the record's (an expression that fails, a value its format
+// cannot encode), except a *sinkFault.
 func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage, error) {
 	msg := out.newMessage()
 	topic := s.cfg.Topic
@@ -545,7 +553,7 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 		if t != s.last {
 			if !s.topics[t] {
 				if err := s.ensureTopic(t); err != nil {
-					return nil, err
+					return nil, &sinkFault{err}
 				}
 			}
 			s.last = t
@@ -614,6 +622,11 @@ func (s *sink) message(out *output, r *pipeline.Record) (*sarama.ProducerMessage
 	msg.Value = sarama.ByteEncoder(s.arena.copy(line))
 	return msg, nil
 }
+
+// sinkFault marks an error of message that is the sink's, not the record's.
+type sinkFault struct{ err error }
+
+func (f *sinkFault) Error() string { return f.err.Error() }
 
 // bytesOf renders a key or header value: strings and byte slices as they
 // are, numbers and booleans as text, other values as JSON; nil is nil.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -956,4 +957,26 @@ func TestSinkCloseWaitsForRetriedRecords(t *testing.T) {
 			require.Equal(t, intRange(0, 20), sinkNs(t, readCommittedAll(t, brokers, "t")))
 		})
 	}
+}
+
+// A record the sink cannot encode (an infinite float in JSON) is a
+// pipeline.SinkRecordError with its index: the records before it are sent
+// and flush, and the sink stays usable for that flush.
+func TestKafkaSinkUnencodableRecord(t *testing.T) {
+	brokers := testBrokers(t)
+	topic := testTopic(t, brokers, 1)
+	cfg := loadKafkaSink(t, brokers, "topic: "+topic+"\ndelivery: at_least_once")
+	s := openKafkaSink(t, cfg, sinkCheckpointing(0, 1))
+	err := s.Write(context.Background(), conntest.Records(
+		map[string]any{"n": 1}, map[string]any{"n": 2}, map[string]any{"n": math.Inf(1)}, map[string]any{"n": 4}))
+	var re *pipeline.SinkRecordError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, 2, re.Index)
+	require.ErrorContains(t, err, `field "n"`)
+	require.NoError(t, s.Flush(context.Background()))
+	var got []string
+	for _, m := range readCommittedAll(t, brokers, topic) {
+		got = append(got, string(m.Value))
+	}
+	require.Equal(t, []string{`{"n":1}`, `{"n":2}`}, got)
 }
