@@ -16,11 +16,10 @@ import (
 // memory backend holding the state of BenchmarkCheckpointOverhead's window (count, avg
 // and the latest 1 KiB payload per key, one open 24h window each), per key:
 //
-//   - encode: Snapshot and WriteTo (the asynchronous part), into a writer
-//     that discards the blobs;
-//   - encode-delta/all and encode-delta/tenth: the same for an incremental
-//     checkpoint's delta after every key, or a tenth of them, changed
-//     (per changed key);
+//   - encode-delta/all and encode-delta/tenth: Snapshot and WriteTo (the
+//     asynchronous part) of an incremental checkpoint's delta after every
+//     key, or a tenth of them, changed (per changed key); a whole snapshot's
+//     encoding is BenchmarkCheckpointEncode;
 //   - update-after-snapshot: one record per key right after a snapshot,
 //     so that every update copies its entry first (copy-on-write);
 //   - update-after-release: the same after the snapshot was encoded and
@@ -76,21 +75,6 @@ func BenchmarkWindowCheckpointState(b *testing.B) {
 	perKey := func(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keys), "ns/key")
 	}
-	b.Run("encode", func(b *testing.B) {
-		var n int64
-		for b.Loop() {
-			s, err := backend.Snapshot()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err = s.WriteTo(out); err != nil {
-				b.Fatal(err)
-			}
-			s.Release()
-		}
-		perKey(b)
-		b.ReportMetric(float64(n)/float64(keys), "B/key")
-	})
 	ckpt := int64(0)
 	for _, changed := range []struct {
 		name string
