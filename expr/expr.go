@@ -76,6 +76,21 @@ func (f *metaFinder) Visit(n *ast.Node) {
 	}
 }
 
+// nullSafe turns every field access on a top-level name (`right.seller`)
+// into an optional one (`right?.seller`).
+type nullSafe struct{}
+
+func (nullSafe) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok || m.Optional || m.Method {
+		return
+	}
+	if _, ok := m.Node.(*ast.IdentifierNode); !ok {
+		return
+	}
+	ast.Patch(n, &ast.ChainNode{Node: &ast.MemberNode{Node: m.Node, Property: m.Property, Optional: true}})
+}
+
 // metaValue returns the value of metadata name i of m.
 func metaValue(m *Meta, i int) any {
 	switch metaNames[i] {
@@ -131,7 +146,10 @@ func (e *Expr) Program() *vm.Program { return e.program }
 func (e *Expr) Pos() Pos { return e.pos }
 
 // Compile compiles e. env nil means a record environment: any field name is
-// allowed (missing fields are nil). want "bool" requires a boolean result.
+// allowed (missing fields are nil). want "bool" requires a boolean result;
+// want "nullsafe" makes a field access on a top-level name that is nil give
+// nil, as SQL's NULL does (`right.seller` when a join row has no right
+// side), where it otherwise fails.
 func (e *Expr) Compile(env map[string]any, want string) error {
 	opts := Builtins()
 	var mf metaFinder
@@ -140,8 +158,11 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	} else {
 		opts = append(opts, exprlang.Env(env))
 	}
-	if want == "bool" {
+	switch want {
+	case "bool":
 		opts = append(opts, exprlang.AsBool())
+	case "nullsafe":
+		opts = append(opts, exprlang.Patch(nullSafe{}))
 	}
 	p, err := exprlang.Compile(e.Source, opts...)
 	if err != nil {

@@ -66,7 +66,7 @@ func newKeyedHarnessOn(t testing.TB, steps string, open func(statestore.Options)
 	require.NotNil(t, h.step, "no step with id s")
 	ks, ok := h.step.Config.(pipeline.KeyedStep)
 	require.True(t, ok, "step s is not keyed")
-	h.keys = ks.KeyExprs()
+	h.keys = ks.KeyExprs(0)
 	h.op, err = h.step.Config.NewOperator()
 	require.NoError(t, err)
 	h.backend, err = open(statestore.Options{

@@ -53,7 +53,7 @@ func (c *DedupeConfig) Validate() error {
 
 // KeyExprs implements pipeline.KeyedStep: the runtime partitions the input
 // by the dedupe key.
-func (c *DedupeConfig) KeyExprs() []*expr.Expr {
+func (c *DedupeConfig) KeyExprs(int) []*expr.Expr {
 	out := make([]*expr.Expr, len(c.Dedupe))
 	for i := range c.Dedupe {
 		out[i] = &c.Dedupe[i]

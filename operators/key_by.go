@@ -100,7 +100,7 @@ func (c *KeyByConfig) Validate() error {
 }
 
 // KeyExprs implements pipeline.KeyedStep.
-func (c *KeyByConfig) KeyExprs() []*expr.Expr {
+func (c *KeyByConfig) KeyExprs(int) []*expr.Expr {
 	out := make([]*expr.Expr, len(c.KeyBy))
 	for i := range c.KeyBy {
 		out[i] = &c.KeyBy[i]

@@ -36,7 +36,7 @@ func TestKeyByKeyExprs(t *testing.T) {
 		ks, ok := spec.Steps[0].Config.(pipeline.KeyedStep)
 		require.True(t, ok)
 		var got []string
-		for _, e := range ks.KeyExprs() {
+		for _, e := range ks.KeyExprs(0) {
 			require.NotNil(t, e.Program(), "compiled by the loader")
 			got = append(got, e.Source)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,8 +56,25 @@ import (
 //
 // Every file runs against every state backend (scenarioBackends), as a
 // subtest named FILE/BACKEND.
-func TestWindowScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/windows/*.test")
+func TestWindowScenarios(t *testing.T) { runScenarios(t, "testdata/windows/*.test") }
+
+// Join scenarios (testdata/joins/*.test) hold a join step. Their records
+// come from either input:
+//
+//	left auction=1 ts=1000            a record of the left input, keyed by
+//	right id=1 ts=500                 the left (right) key expressions;
+//	                                  consecutive lines of one side are one
+//	                                  batch
+//	expect-state 0                    the state's (key, namespace) entries
+//	                                  plus its timers
+//
+// Their output is compared as a multiset (the order of results of one
+// call is free), and each expected line of the main output carries the
+// record's time as "@time".
+func TestJoinScenarios(t *testing.T) { runScenarios(t, "testdata/joins/*.test") }
+
+func runScenarios(t *testing.T, glob string) {
+	files, err := filepath.Glob(glob)
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
@@ -111,6 +129,11 @@ type scenario struct {
 	info     pipeline.SubtaskInfo
 	policy   pipeline.OnError
 	keyExprs []*expr.Expr
+	// join: the step is a join; sideKeys are its inputs' key expressions
+	// and side the input of the batch being gathered.
+	join     bool
+	sideKeys [2][]*expr.Expr
+	side     int
 	vm       expr.VM
 	clock    int64
 	wake     int64
@@ -136,12 +159,19 @@ func runScenario(t *testing.T, file string, open openBackend) {
 			continue
 		}
 		cmd, arg, _ := strings.Cut(line, " ")
-		if cmd != "event" {
+		side := slices.Index(sideNames[:], cmd)
+		if cmd != "event" && (side < 0 || side != s.side) {
 			s.flushBatch()
 		}
 		switch cmd {
 		case "event":
 			s.batch = append(s.batch, s.event(arg))
+		case "left", "right":
+			require.True(t, s.join, s.at("left and right records are for join steps; use event"))
+			s.side, s.keyExprs = side, s.sideKeys[side]
+			s.batch = append(s.batch, s.event(arg))
+		case "expect-state":
+			require.Equal(t, s.int(arg), s.stateEntries(), s.at("state entries and timers"))
 		case "watermark":
 			wm := pipeline.MaxWatermark
 			if arg != "max" {
@@ -198,7 +228,11 @@ func newScenario(t *testing.T, file, step string, open openBackend) *scenario {
 	require.NoError(t, err, "%s: the step does not load", file)
 	st := spec.Steps[0]
 	s := &scenario{t: t, file: file, cfg: st.Config, out: &collector{}, late: &collector{}, metrics: pipeline.NewMetrics(), policy: st.OnError, openBk: open}
-	s.keyExprs = st.Config.(pipeline.KeyedStep).KeyExprs()
+	s.keyExprs = st.Config.(pipeline.KeyedStep).KeyExprs(0)
+	if j, ok := st.Config.(*JoinConfig); ok {
+		s.join = true
+		s.sideKeys = [2][]*expr.Expr{j.KeyExprs(sideLeft), j.KeyExprs(sideRight)}
+	}
 	if kb, ok := st.Config.(*KeyByConfig); ok && kb.plan != nil {
 		s.timeWin = kb.plan.kind != kindCount && kb.plan.kind != kindGlobal
 	}
@@ -336,7 +370,30 @@ func (s *scenario) flushBatch() {
 	}
 	b := s.batch
 	s.batch = nil
+	if s.join {
+		s.call(func() error { return s.op.(pipeline.MultiInputOperator).ProcessInput(s.side, b, s.out) })
+		return
+	}
 	s.call(func() error { return s.op.Process(b, s.out) })
+}
+
+// stateEntries counts the (key, namespace) entries of every state of the
+// backend and its timers.
+func (s *scenario) stateEntries() int64 {
+	var n int64
+	for _, name := range s.backend.StateNames() {
+		st, err := s.backend.State(name)
+		require.NoError(s.t, err)
+		for g := range 128 {
+			for key := range st.Keys(g) {
+				for range st.Namespaces(key) {
+					n++
+				}
+			}
+		}
+	}
+	ts := s.backend.TimerService(s.info.ID)
+	return n + int64(ts.Len(statestore.EventTime)+ts.Len(statestore.ProcessingTime))
 }
 
 // call runs one operator call and checks it emitted at most once per output.
@@ -362,7 +419,12 @@ func (s *scenario) expect(what string, want []string, got *collector) {
 	s.t.Helper()
 	lines := make([]string, 0, len(got.records))
 	for _, r := range got.records {
-		b, err := json.Marshal(r.Fields)
+		fields := r.Fields
+		if s.join && got == s.out {
+			fields = maps.Clone(fields)
+			fields["@time"] = r.Time
+		}
+		b, err := json.Marshal(fields)
 		require.NoError(s.t, err)
 		lines = append(lines, string(b))
 		if end, ok := r.Fields[fieldWindowEnd].(int64); ok && s.timeWin && got == s.out {
@@ -372,6 +434,10 @@ func (s *scenario) expect(what string, want []string, got *collector) {
 	got.records = nil
 	if want == nil {
 		want = []string{}
+	}
+	if s.join {
+		want = slices.Sorted(slices.Values(want))
+		slices.Sort(lines)
 	}
 	if !slices.Equal(want, lines) {
 		s.t.Fatalf("%s: %s:\nwant:\n%s\ngot:\n%s", s.at(""), what, strings.Join(want, "\n"), strings.Join(lines, "\n"))

@@ -19,7 +19,7 @@ type countConfig struct {
 }
 
 func (c *countConfig) Validate() error                         { return nil }
-func (c *countConfig) KeyExprs() []*expr.Expr                  { return []*expr.Expr{&c.Key} }
+func (c *countConfig) KeyExprs(int) []*expr.Expr               { return []*expr.Expr{&c.Key} }
 func (c *countConfig) NewOperator() (pipeline.Operator, error) { return &countOp{}, nil }
 
 type countOp struct {

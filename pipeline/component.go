@@ -77,6 +77,15 @@ type Operator interface {
 	Close() error
 }
 
+// MultiInputOperator is implemented by the operators of steps whose inputs
+// differ (a join's left and right): the runtime calls ProcessInput with the
+// index of the input (in StepSpec.Inputs) the records came from, instead of
+// Process. Such a step always heads its task (it is never chained).
+type MultiInputOperator interface {
+	Operator
+	ProcessInput(input int, in []Record, out Emitter) error
+}
+
 // WatermarkHandler is implemented by operators that act on event time.
 // OnWatermark is called on the task goroutine when the task's input watermark
 // advances, before the watermark is forwarded downstream.

@@ -78,7 +78,7 @@ type keyStepConfig struct {
 }
 
 func (c *keyStepConfig) Validate() error                         { return nil }
-func (c *keyStepConfig) KeyExprs() []*expr.Expr                  { return []*expr.Expr{&c.Key} }
+func (c *keyStepConfig) KeyExprs(int) []*expr.Expr               { return []*expr.Expr{&c.Key} }
 func (c *keyStepConfig) NewOperator() (pipeline.Operator, error) { return &tagOp{}, nil }
 
 type tagOp struct{ sub int }

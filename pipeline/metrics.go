@@ -73,7 +73,7 @@ func NewMetrics() *Metrics {
 			Name: "eddy_record_errors_total", Help: "Records that failed in a step, by on_error policy applied.",
 		}, append(labels, "policy")),
 		lateDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eddy_late_records_dropped_total", Help: "Late records dropped by a window step.",
+			Name: "eddy_late_records_dropped_total", Help: "Late records dropped by a window or join step.",
 		}, labels),
 		windowsFired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_windows_fired_total", Help: "Window firings emitted by a window step.",

@@ -227,7 +227,7 @@ func Compile(spec *Spec) (*Plan, error) {
 func partitioning(e *Edge) (Partitioning, []*expr.Expr) {
 	if e.To.Kind == StepNode {
 		if k, ok := e.To.Step.Config.(KeyedStep); ok {
-			return Hash, k.KeyExprs()
+			return Hash, k.KeyExprs(e.Input)
 		}
 		if e.To.Step.Rebalance {
 			return Rebalance, nil

@@ -59,14 +59,32 @@ type (
 	// GuaranteeOf tells the delivery guarantee a source or sink can give:
 	// replayable sources and transactional sinks give exactly-once.
 	GuaranteeOf interface{ Guarantee() Guarantee }
-	// KeyedStep is implemented by step configs whose input is hash
-	// partitioned by a key (key_by): KeyExprs returns the key expression(s).
-	KeyedStep interface{ KeyExprs() []*expr.Expr }
+	// KeyedStep is implemented by step configs whose inputs are hash
+	// partitioned by a key (key_by, dedupe, join): KeyExprs returns the key
+	// expression(s) of input i (the index in StepSpec.Inputs). Every input
+	// of a step must give equal keys the same encoding, so that records of
+	// equal keys meet in one subtask whichever input they came from.
+	KeyedStep interface{ KeyExprs(input int) []*expr.Expr }
+	// InputDeclarer is implemented by step configs that name their input
+	// streams in keys of their own instead of `from` (join: join.left and
+	// join.right): InputStreams returns them in input order, each with the
+	// path of its key in the step for error positions. The step's
+	// operator tells its inputs apart by implementing MultiInputOperator.
+	InputDeclarer interface{ InputStreams() []DeclaredInput }
 	// SideOutputter is implemented by step configs that emit side streams
 	// other than "<id>.errors": it maps each stream id that other steps and
 	// sinks may read to the side output name the operator emits to.
 	SideOutputter interface{ SideOutputs() map[string]string }
 )
+
+// DeclaredInput is an input stream a step names in its own keys.
+type DeclaredInput struct {
+	// Path is the key that names it, from the step's mapping, e.g.
+	// ["join", "left"].
+	Path []string
+	// Stream is the id of the stream: a source, a step or a side stream.
+	Stream string
+}
 
 // SourcePlugin registers a source type.
 type SourcePlugin struct {

@@ -557,6 +557,14 @@ func (p *problems) loadStep(env *Env, spec *Spec, n *yaml.Node, i int) *StepSpec
 		ID: c.ID, Kind: kind, From: c.From, Parallelism: c.Parallelism, OnError: c.OnError,
 		Rebalance: c.Rebalance, Config: cfg, Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}, node: n,
 	}
+	if d, ok := cfg.(InputDeclarer); ok && len(c.From) > 0 {
+		_, v := mappingValue(n, "from")
+		var keys []string
+		for _, in := range d.InputStreams() {
+			keys = append(keys, strings.Join(in.Path, "."))
+		}
+		p.at(v, "%s: a %s step names its inputs in %s, not from", what, kind, strings.Join(keys, " and "))
+	}
 	if _, ok := cfg.(KeyedStep); ok && c.Rebalance {
 		_, v := mappingValue(n, "rebalance")
 		p.at(v, "%s: rebalance cannot be combined with %s, which partitions by key", what, kind)

@@ -16,7 +16,9 @@ type ExprEnver interface {
 // compileExprs compiles every expr.Expr reachable from v (a config struct
 // pointer) and reports compile errors at their position within the file. A
 // struct field's `expr` tag sets what its expression must return:
-// `expr:"bool"` for a predicate; no tag for any value.
+// `expr:"bool"` for a predicate, `expr:"nullsafe"` for expressions whose
+// field accesses on a nil name give nil (a join's select); no tag for any
+// value. A tag holds for every expression inside the field it is on.
 func (p *problems) compileExprs(v any) {
 	var env map[string]any
 	if en, ok := v.(ExprEnver); ok {
@@ -48,7 +50,11 @@ func (p *problems) walkExprs(v reflect.Value, env map[string]any, want string) {
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
 			if f.IsExported() {
-				p.walkExprs(v.Field(i), env, f.Tag.Get("expr"))
+				w := f.Tag.Get("expr")
+				if w == "" {
+					w = want // a tag holds for the expressions inside the field
+				}
+				p.walkExprs(v.Field(i), env, w)
 			}
 		}
 	case reflect.Slice, reflect.Array:

@@ -24,6 +24,7 @@ type stage struct {
 	wmh  WatermarkHandler
 	fin  Finisher
 	pth  ProcessingTimeHandler
+	mio  MultiInputOperator
 	// wakeAt is the processing time the operator asked to be called at (0: none).
 	wakeAt int64
 	// unflushed is true when the sink was written since its last flush.
@@ -77,6 +78,16 @@ func (s *stage) Emit(b []Record) error {
 	}
 	s.in.Add(float64(len(b)))
 	return s.op.Process(b, s.out)
+}
+
+// emitInput processes a batch of records that came from input i of the
+// node: an operator that tells its inputs apart gets i.
+func (s *stage) emitInput(i int, b []Record) error {
+	if s.mio == nil {
+		return s.Emit(b)
+	}
+	s.in.Add(float64(len(b)))
+	return s.mio.ProcessInput(i, b, s.out)
 }
 
 // writeFailed handles the error of the sink's Write of b. When the sink
@@ -186,6 +197,7 @@ func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
 		s.wmh, _ = s.op.(WatermarkHandler)
 		s.fin, _ = s.op.(Finisher)
 		s.pth, _ = s.op.(ProcessingTimeHandler)
+		s.mio, _ = s.op.(MultiInputOperator)
 	case SinkNode:
 		s.written = info.Metrics.RecordsWritten(info)
 		s.sink, err = n.Sink.Config.NewSink()

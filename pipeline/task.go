@@ -760,11 +760,13 @@ func (t *task) runInputs(ctx context.Context) error {
 		b := v.Interface().(Batch)
 		if len(b.Records) > 0 {
 			in.idle = false
-			to := Emitter(t.head)
+			var err error
 			if in.deadLetters {
-				to = t.head.side(ErrorsStream)
+				err = t.head.side(ErrorsStream).Emit(b.Records)
+			} else {
+				err = t.head.emitInput(in.edge.Input, b.Records)
 			}
-			if err := to.Emit(b.Records); err != nil {
+			if err != nil {
 				return err
 			}
 			putBatch(b.Records)

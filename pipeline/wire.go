@@ -95,7 +95,12 @@ func (p *problems) wire(spec *Spec, root *yaml.Node) {
 		prev = spec.Sources[0].ID
 	}
 	for _, s := range spec.Steps {
-		s.Inputs = resolveFrom(s.node, fmt.Sprintf("step %q", s.ID), s.From, prev)
+		what := fmt.Sprintf("step %q", s.ID)
+		if d, ok := s.Config.(InputDeclarer); ok {
+			s.Inputs = p.resolveDeclared(s.node, what, d.InputStreams(), streams)
+		} else {
+			s.Inputs = resolveFrom(s.node, what, s.From, prev)
+		}
 		prev = s.ID
 	}
 	for _, s := range spec.Sinks {
@@ -105,6 +110,28 @@ func (p *problems) wire(spec *Spec, root *yaml.Node) {
 	if !dups { // with duplicate ids, from cannot be followed unambiguously
 		p.checkCycles(spec)
 	}
+}
+
+// resolveDeclared resolves the input streams a step names in its own keys
+// (InputDeclarer); an unknown id is reported at its key. One stream may be
+// named twice (a self-join reads one stream as both inputs).
+func (p *problems) resolveDeclared(n *yaml.Node, what string, ins []DeclaredInput, streams map[string]StreamRef) []StreamRef {
+	refs := make([]StreamRef, 0, len(ins))
+	for _, in := range ins {
+		at := n
+		for _, k := range in.Path {
+			if _, v := mappingValue(resolve(at), k); v != nil {
+				at = v
+			}
+		}
+		ref, ok := streams[in.Stream]
+		if !ok {
+			p.at(at, "%s: %s %q: no source, step or side stream has that id%s", what, strings.Join(in.Path, "."), in.Stream, suggestID(in.Stream, streams))
+			continue
+		}
+		refs = append(refs, ref)
+	}
+	return refs
 }
 
 func idNode(n *yaml.Node) *yaml.Node {
