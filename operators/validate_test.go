@@ -64,7 +64,7 @@ func TestValidation(t *testing.T) {
 func TestRegister(t *testing.T) {
 	env := pipeline.NewEnv()
 	Register(env)
-	require.Equal(t, []string{"dedupe", "drop", "filter", "flat_map", "key_by", "map", "set"}, env.StepKinds())
+	require.Equal(t, []string{"dedupe", "drop", "filter", "flat_map", "join", "key_by", "map", "set"}, env.StepKinds())
 	for _, kind := range env.StepKinds() {
 		p, ok := env.Step(kind)
 		require.True(t, ok)
