@@ -132,6 +132,9 @@ type nodeView struct {
 	EventTime string `json:"event_time,omitempty"`
 	// MaxOutOfOrderness is its watermark's bound, e.g. "2s", with EventTime.
 	MaxOutOfOrderness string `json:"max_out_of_orderness,omitempty"`
+	// Detail says what a step does beyond its kind, where it says
+	// (pipeline.Describer), e.g. a join's kind and bounds.
+	Detail string `json:"detail,omitempty"`
 }
 
 type taskView struct {
@@ -189,6 +192,9 @@ func newPlanView(file string, plan *pipeline.Plan) *planView {
 			}
 		case pipeline.StepNode:
 			nv.Line = n.Step.Pos.Line
+			if d, ok := n.Step.Config.(pipeline.Describer); ok {
+				nv.Detail = d.Describe()
+			}
 		case pipeline.SinkNode:
 			cfg, nv.Line = n.Sink.Config, n.Sink.Pos.Line
 		}
@@ -292,6 +298,9 @@ func writePlanText(w io.Writer, v *planView) error {
 				} else {
 					notes = append(notes, "unbounded")
 				}
+			}
+			if n.Detail != "" {
+				notes = append(notes, n.Detail)
 			}
 			if n.Guarantee != "" {
 				notes = append(notes, n.Guarantee)

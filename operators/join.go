@@ -252,7 +252,9 @@ func (c *JoinConfig) Validate() error {
 			p.version = &j.Temporal.Version
 		}
 	}
-	errs = append(errs, checkFieldNames("join.select", exprNames(j.Select)))
+	if err := checkFieldNames("join.select", exprNames(j.Select)); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
@@ -334,6 +336,36 @@ func (c *JoinConfig) SideOutputs() map[string]string {
 		return nil
 	}
 	return map[string]string{c.LateOutput: lateSide}
+}
+
+// Describe implements pipeline.Describer: the kind, type and bounds, e.g.
+// "interval inner join: right.ts in [left.ts - 5s, left.ts + 10s]".
+func (c *JoinConfig) Describe() string {
+	if c.plan == nil {
+		return ""
+	}
+	p := c.plan
+	types := [...]string{"inner", "left", "right", "full"}
+	d := fmt.Sprintf("%s %s join", p.kind, types[p.typ])
+	switch p.kind {
+	case joinInterval:
+		bound := func(ms int64) string {
+			if ms < 0 {
+				return " - " + msString(-ms)
+			}
+			return " + " + msString(ms)
+		}
+		d += fmt.Sprintf(": right.ts in [left.ts%s, left.ts%s]", bound(p.lower), bound(p.upper))
+	case joinWindow:
+		d += ": " + c.Join.Window.Type + " windows"
+	case joinRegular:
+		if p.ttl > 0 {
+			d += ", ttl " + p.ttl.String()
+		} else {
+			d += ", no ttl: state grows with the distinct rows"
+		}
+	}
+	return d
 }
 
 // NewOperator returns the operator of one subtask for the join's kind.

@@ -71,6 +71,10 @@ type (
 	// path of its key in the step for error positions. The step's
 	// operator tells its inputs apart by implementing MultiInputOperator.
 	InputDeclarer interface{ InputStreams() []DeclaredInput }
+	// Describer is implemented by step configs that can say in a few words
+	// what they do beyond their kind (a join: its kind, type and bounds);
+	// `eddy explain` shows it beside the step.
+	Describer interface{ Describe() string }
 	// SideOutputter is implemented by step configs that emit side streams
 	// other than "<id>.errors": it maps each stream id that other steps and
 	// sinks may read to the side output name the operator emits to.
