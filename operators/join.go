@@ -3,6 +3,7 @@ package operators
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,6 +255,9 @@ func (c *JoinConfig) Validate() error {
 	}
 	if err := checkFieldNames("join.select", exprNames(j.Select)); err != nil {
 		errs = append(errs, err)
+	}
+	if p.kind == joinRegular && slices.Contains(exprNames(j.Select), pipeline.OpField) {
+		fail("join.select", "%s is the changelog kind of every row a regular join emits; name the field otherwise", pipeline.OpField)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -49,6 +49,8 @@ func TestJoinValidation(t *testing.T) {
 		{"select name", on + "      select: {a.b: left.x}\n", "",
 			`t.yaml:12:15: join.select: field "a.b": join.select works on top-level fields, so a name cannot contain '.'; ` +
 				`to change a nested field, rebuild its parent with set, e.g. a: '{"b": ..., "other": a.other}'`},
+		{"select _op", on + "      select: {_op: left.x}\n", "",
+			`t.yaml:12:15: join.select: _op is the changelog kind of every row a regular join emits; name the field otherwise`},
 		{"from", on, "    from: in\n", `t.yaml:12:11: step "s": a join step names its inputs in join.left and join.right, not from`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,6 +48,6 @@ func TestKeyByKeyExprs(t *testing.T) {
 func TestOnlyKeyByIsKeyed(t *testing.T) {
 	for _, p := range plugins {
 		_, keyed := p.New().(pipeline.KeyedStep)
-		require.Equal(t, p.Kind == "key_by" || p.Kind == "dedupe", keyed, p.Kind)
+		require.Equal(t, p.Kind == "key_by" || p.Kind == "dedupe" || p.Kind == "join", keyed, p.Kind)
 	}
 }
