@@ -396,3 +396,67 @@ func BenchmarkRegularJoin(b *testing.B) {
 		})
 	}
 }
+
+// configs/joins_regular.yaml through the real runtime: the retract file
+// and the upsert file both fold to the left join of the customers' totals
+// with their names.
+func TestRegularJoinConfig(t *testing.T) {
+	out := t.TempDir()
+	t.Setenv("EDDY_OUT", out)
+	spec, err := pipeline.LoadFile(pipeline.Default, "../configs/joins_regular.yaml")
+	require.NoError(t, err)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	got := readOutputs(t, out)
+	require.Len(t, got, 2)
+
+	want := map[string]map[string]any{}
+	names := []any{"Ann", "Bob", "Cy", "Di", nil}
+	for i := range 60 {
+		c := fmt.Sprintf("c%d", i%5)
+		if want[c] == nil {
+			want[c] = map[string]any{"customer": c, "name": names[i%5], "orders": 0.0, "spent": 0.0}
+		}
+		want[c]["orders"] = want[c]["orders"].(float64) + 1
+		want[c]["spent"] = want[c]["spent"].(float64) + float64(i%7+1)
+	}
+	wantRows := multiset{}
+	for _, row := range want {
+		wantRows[rowJSON(t, row)]++
+	}
+
+	changes := got["customer_changes.jsonl"]
+	folded := multiset{}
+	folded.fold(t, asRecords(changes))
+	require.Equal(t, wantRows, folded, "the retract file, folded")
+
+	latest := map[any]map[string]any{}
+	for _, row := range got["customer_latest.jsonl"] {
+		switch row[pipeline.OpField] {
+		case pipeline.OpInsert, pipeline.OpUpdate:
+			latest[row["customer"]] = row
+		case pipeline.OpDelete:
+			delete(latest, row["customer"])
+		default:
+			t.Fatalf("the upsert file has %v", row)
+		}
+	}
+	upserted := multiset{}
+	for _, row := range latest {
+		upserted[rowJSON(t, row)]++
+	}
+	require.Equal(t, wantRows, upserted, "the upsert file, the last row per customer")
+	for _, row := range changes {
+		require.Contains(t, []any{pipeline.OpInsert, pipeline.OpDelete}, row[pipeline.OpField], "a left join's rows are +I and -D: %v", row)
+	}
+}
+
+// asRecords wraps rows read back from a file as records.
+func asRecords(rows []map[string]any) []pipeline.Record {
+	out := make([]pipeline.Record, len(rows))
+	for i, f := range rows {
+		out[i] = pipeline.NewRecord(f)
+	}
+	return out
+}
