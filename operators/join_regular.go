@@ -130,7 +130,7 @@ func (j *regularJoin) ProcessInput(side int, in []pipeline.Record, out pipeline.
 			}
 		}
 	}
-	if len(in) > 0 {
+	if len(in) > 0 && j.ttl > 0 {
 		j.scheduleCleanup(j.now())
 	}
 	clear(in) // the input records are consumed
