@@ -86,11 +86,6 @@ func newRegularJoin(p *joinPlan) *regularJoin {
 // join's ttl (statestore TTL: processing time, restarted by every write
 // of a row).
 func (j *regularJoin) Open(_ context.Context, oc *pipeline.OperatorContext) error {
-	for _, s := range j.plan.selects {
-		if s.Name == pipeline.OpField {
-			return fmt.Errorf("regular join %q: select field %s: a regular join's output carries its changelog kind in %s; name the field otherwise", oc.ID, s.Name, pipeline.OpField)
-		}
-	}
 	if err := j.open(oc); err != nil {
 		return err
 	}

@@ -336,17 +336,6 @@ func TestRegularJoinRowID(t *testing.T) {
 	require.ErrorContains(t, err, `field "t"`)
 }
 
-// TestRegularJoinSelectOp checks that a select field named _op is refused:
-// the output's _op is the changelog kind.
-func TestRegularJoinSelectOp(t *testing.T) {
-	spec, err := loadSteps("  - id: s\n    join:\n      left: in\n      right: in\n      on: {left: k, right: k}\n      select: {_op: left.k}\n")
-	require.NoError(t, err)
-	op, err := spec.Steps[0].Config.NewOperator()
-	require.NoError(t, err)
-	err = op.Open(context.Background(), &pipeline.OperatorContext{SubtaskInfo: pipeline.SubtaskInfo{ID: "s"}})
-	require.ErrorContains(t, err, "select field _op")
-}
-
 // BenchmarkRegularJoin joins two changelogs over 10,000 keys with a ttl:
 // each event updates its key's row on one side (-U of the old row, +U of
 // the new one, as a continuous aggregate emits), which takes back and
