@@ -33,6 +33,7 @@ type temporalRig struct {
 	backend statestore.Backend
 	op      *temporalJoin
 	out     collector
+	late    collector
 }
 
 func newTemporalRig(t testing.TB, yaml string) *temporalRig {
@@ -55,7 +56,8 @@ func (r *temporalRig) open(blobs [][]byte) {
 	require.NoError(r.t, b.Restore(blobs...))
 	op, err := r.cfg.NewOperator()
 	require.NoError(r.t, err)
-	oc := &pipeline.OperatorContext{SubtaskInfo: r.info, KeyedState: func() (statestore.Backend, error) { return b, nil }}
+	oc := &pipeline.OperatorContext{SubtaskInfo: r.info, KeyedState: func() (statestore.Backend, error) { return b, nil },
+		Side: func(string) pipeline.Emitter { return &r.late }}
 	require.NoError(r.t, op.Open(context.Background(), oc))
 	if r.op != nil {
 		require.NoError(r.t, r.op.Close())
@@ -325,6 +327,26 @@ func TestTemporalJoinKafkaTable(t *testing.T) {
 		require.Equal(t, string(key), rec.Key, "the output's key is the join key")
 	}
 	require.Equal(t, map[any]any{int64(1): int64(5), int64(2): nil, int64(3): nil, int64(4): int64(7)}, got)
+}
+
+// TestTemporalJoinLateTombstone: a tombstone older than the version valid
+// at the watermark is late; it goes to late_output with _side although it
+// had no fields.
+func TestTemporalJoinLateTombstone(t *testing.T) {
+	yaml := joinYAML("      on: {left: product, right: _key}\n      temporal: {version: _timestamp}\n", "    late_output: late\n")
+	r := newTemporalRig(t, yaml)
+	defer r.close()
+	key, err := pipeline.EncodeKey(nil, "p1")
+	require.NoError(t, err)
+	table := func(ts int64, fields map[string]any) pipeline.Record {
+		return pipeline.Record{Fields: fields, Time: pipeline.NoTime, Key: string(key), Meta: &expr.Meta{Key: []byte("p1"), Timestamp: ts}}
+	}
+	require.NoError(t, r.op.ProcessInput(sideRight, []pipeline.Record{table(100, map[string]any{"price": int64(5)}), table(300, map[string]any{"price": int64(7)})}, &r.out))
+	require.NoError(t, r.op.OnWatermark(400, &r.out))
+	require.NoError(t, r.op.ProcessInput(sideRight, []pipeline.Record{table(200, nil)}, &r.out))
+	require.Len(t, r.late.records, 1)
+	require.Equal(t, map[string]any{fieldSide: "right"}, r.late.records[0].Fields)
+	require.Len(t, r.op.versions.Get(string(key), ""), 1, "the late tombstone changed nothing")
 }
 
 // BenchmarkTemporalJoin enriches left records of 10,000 keys with a
