@@ -55,6 +55,7 @@ type temporalRow struct {
 	Del bool
 }
 
+// newTemporalJoin returns the temporal join of one subtask for plan p.
 func newTemporalJoin(p *joinPlan) *temporalJoin { return &temporalJoin{joinBase: joinBase{plan: p}} }
 
 // Open sets up the shared parts and registers the join's state.
