@@ -362,6 +362,12 @@ func (c *JoinConfig) Describe() string {
 		d += fmt.Sprintf(": right.ts in [left.ts%s, left.ts%s]", bound(p.lower), bound(p.upper))
 	case joinWindow:
 		d += ": " + c.Join.Window.Type + " windows"
+	case joinTemporal:
+		if p.version != nil {
+			d += ": right rows valid from " + oneLineExpr(p.version.Source)
+		} else {
+			d += ": right rows valid from their event time"
+		}
 	case joinRegular:
 		if p.ttl > 0 {
 			d += ", ttl " + p.ttl.String()
@@ -506,6 +512,9 @@ func (b *joinBase) tooLate(side int, r pipeline.Record) {
 		}
 		return
 	}
+	if r.Fields == nil {
+		r.Fields = make(map[string]any, 1)
+	}
 	r.Fields[fieldSide] = sideNames[side]
 	b.lateOut = append(b.lateOut, r)
 }
@@ -533,3 +542,6 @@ func eventTime(r *pipeline.Record) (int64, error) {
 // errNoEventTime marks a record without event time reaching a join that
 // needs one.
 var errNoEventTime = errors.New("the record has no event time: give its source an event_time")
+
+// oneLineExpr collapses the whitespace of an expression's source.
+func oneLineExpr(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"time"
 
-	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
 	"github.com/eddy-stream/eddy/statestore"
 )
@@ -216,7 +213,7 @@ func (j *temporalJoin) versionTime(r *pipeline.Record) (int64, error) {
 	v, err := j.vm.EvalRecord(e, r.Fields, r.Meta)
 	var t int64
 	if err == nil {
-		t, err = epochMillis(v)
+		t, err = pipeline.EventTimeOf(v)
 	}
 	if err != nil {
 		return 0, &evalError{kind: "join temporal.version", src: e.Source, err: err}
@@ -340,33 +337,4 @@ func (j *temporalJoin) flush(out pipeline.Emitter, failed error) error {
 		err = failed
 	}
 	return err
-}
-
-// epochMillis converts a version expression's value to epoch ms, as a
-// source's event_time is: an integer or float number of ms, a time, or a
-// timestamp string (zone-less ones in UTC).
-func epochMillis(v any) (int64, error) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), nil
-	case int64:
-		return x, nil
-	case int32:
-		return int64(x), nil
-	case uint64:
-		if x <= math.MaxInt64 {
-			return int64(x), nil
-		}
-	case float64:
-		if !math.IsNaN(x) && !math.IsInf(x, 0) && x <= math.MaxInt64 && x >= math.MinInt64 {
-			return int64(x), nil
-		}
-	case time.Time:
-		return x.UnixMilli(), nil
-	case string:
-		return expr.ParseTimestamp(x, time.UTC)
-	case nil:
-		return 0, errors.New("the record has no version time (the expression returned null)")
-	}
-	return 0, fmt.Errorf("%v (%T) is not a time: return epoch milliseconds, a time or a timestamp string", v, v)
 }

@@ -103,7 +103,7 @@ func evalEventTime(m *expr.VM, e *expr.Expr, r *Record) (int64, error) {
 	v, err := m.EvalRecord(e, r.Fields, r.Meta)
 	var ts int64
 	if err == nil {
-		ts, err = eventTime(v)
+		ts, err = EventTimeOf(v)
 	}
 	if err != nil {
 		return 0, &eventTimeError{src: e.Source, err: err}
@@ -126,8 +126,11 @@ func (e *eventTimeError) Error() string {
 
 func (e *eventTimeError) Unwrap() error { return e.err }
 
-// eventTime converts the result of an event_time expression to epoch ms.
-func eventTime(v any) (int64, error) {
+// EventTimeOf converts the result of an event_time expression (or of any
+// expression that gives a time, such as a temporal join's version) to
+// epoch ms: an integer or float number of ms, a time, or a timestamp
+// string (zone-less ones in UTC).
+func EventTimeOf(v any) (int64, error) {
 	switch x := v.(type) {
 	case int:
 		return int64(x), nil
@@ -174,7 +177,7 @@ func checkEventTime(e *expr.Expr) error {
 			err = expr.CheckFinite(v)
 		}
 		if err == nil {
-			_, err = eventTime(v)
+			_, err = EventTimeOf(v)
 		}
 		return err
 	}
