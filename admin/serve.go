@@ -334,21 +334,26 @@ func (m *Manager) reportDuplicate(path, first string) {
 // gone stops its pipeline with a savepoint, a changed file replaces its
 // pipeline. The transitions go on in the background; one pipeline's
 // never waits for another's.
-func (m *Manager) Scan() {
+func (m *Manager) Scan() { m.scan() }
+
+// scan is Scan; it returns the transitions it began, by pipeline: each
+// channel is closed when its transition ended.
+func (m *Manager) scan() map[string]<-chan struct{} {
 	files, err := m.readFolder()
 	if err != nil {
 		m.logger.Error("cannot scan the pipelines folder", "dir", m.opts.Dir, "err", err.Error())
-		return
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
-		return
+		return nil
 	}
+	began := map[string]<-chan struct{}{}
 	for name, e := range m.entries {
 		if _, ok := files[name]; !ok && !e.removed {
 			e.removed = true
-			m.begin(e, func() { m.remove(e) })
+			began[name] = m.begin(e, func() { m.remove(e) })
 		}
 	}
 	for name, f := range files {
@@ -361,20 +366,25 @@ func (m *Manager) Scan() {
 			continue
 		}
 		e.hash, e.removed, e.file = f.hash, false, f.path
-		m.begin(e, func() { m.apply(e, f.data) })
+		began[name] = m.begin(e, func() { m.apply(e, f.data) })
 	}
+	return began
 }
 
 // begin runs the transition fn of e on a goroutine of its own, after the
-// transitions of e before it; m.mu is held.
-func (m *Manager) begin(e *entry, fn func()) {
+// transitions of e before it, and returns a channel closed when it
+// ended; m.mu is held.
+func (m *Manager) begin(e *entry, fn func()) <-chan struct{} {
 	m.transitions.Add(1)
+	done := make(chan struct{})
 	go func() {
 		defer m.transitions.Done()
+		defer close(done)
 		e.op.Lock()
 		defer e.op.Unlock()
 		fn()
 	}()
+	return done
 }
 
 // settle waits for the transitions under way (tests).

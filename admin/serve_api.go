@@ -321,7 +321,9 @@ const uploadName = "upload.yaml"
 
 // upload serves POST /api/pipelines: the body is a pipeline file, loaded,
 // checked (its paths in the data and state dirs) and written into the
-// folder as NAME.yaml, which the scan it triggers starts.
+// folder as NAME.yaml, which the scan it triggers starts, or with
+// ?replace=true replaces the running pipeline with (or refuses, the reason
+// in the answer's row). It answers once that is done.
 func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
 	replace, err := boolParam(r.URL.Query().Get("replace"), "replace")
 	if err != nil {
@@ -364,7 +366,9 @@ func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.logger.Info("pipeline file uploaded", "pipeline", spec.Name, "file", path, "replaced", exists)
-	m.Scan()
+	if done, ok := m.scan()[spec.Name]; ok {
+		<-done
+	}
 	code := http.StatusCreated
 	if exists {
 		code = http.StatusOK
