@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,7 +111,9 @@ type run struct {
 	runner  *pipeline.Runner
 	metrics *pipeline.Metrics
 	admin   *Pipeline
-	dir     string // the pipeline's state dir
+	// endpoint is the pipeline's own admin endpoint (/pipelines/NAME/).
+	endpoint http.Handler
+	dir      string // the pipeline's state dir
 	// started is closed when the first job started; done when Run
 	// returned, err then holding what it returned.
 	started chan struct{}
@@ -366,7 +369,11 @@ func (m *Manager) scan() map[string]<-chan struct{} {
 			continue
 		}
 		e.hash, e.removed, e.file = f.hash, false, f.path
-		began[name] = m.begin(e, func() { m.apply(e, f.data) })
+		began[name] = m.begin(e, func() {
+			if m.latest(e, f.hash) {
+				m.apply(e, f.data)
+			}
+		})
 	}
 	return began
 }
@@ -385,6 +392,15 @@ func (m *Manager) begin(e *entry, fn func()) <-chan struct{} {
 		fn()
 	}()
 	return done
+}
+
+// latest tells whether hash is still the version of e's file that the
+// newest scan saw: a transition of an older version, which waited for
+// another, is skipped.
+func (m *Manager) latest(e *entry, hash string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return e.hash == hash && !e.removed
 }
 
 // settle waits for the transitions under way (tests).
@@ -448,6 +464,8 @@ func (m *Manager) apply(e *entry, data []byte) {
 	held := e.held
 	m.mu.Unlock()
 	switch {
+	case running && old.spec.Hash == spec.Hash:
+		m.set(e, nil, "") // the file came back as it was
 	case held && !running:
 		m.set(e, nil, "stopped on request: POST /api/pipelines/"+e.name+"/restart starts it")
 	case !running:
@@ -499,6 +517,7 @@ func (m *Manager) start(e *entry, spec *pipeline.Spec, fromSavepoint string) *ru
 	r.runner = runner
 	r.admin = NewPipeline(PipelineOptions{Name: e.name, Target: runner, Metrics: r.metrics, SavepointDir: r.savepointDir(),
 		Checkpoints: spec.Checkpoint != nil, MaxCheckpointAge: m.opts.MaxCheckpointAge, Logger: logger})
+	r.endpoint = r.handler()
 	m.mu.Lock()
 	e.run = r
 	m.notify()
@@ -630,7 +649,12 @@ func (m *Manager) checkCompatible(old *run, plan *pipeline.Plan) error {
 // remove stops e's pipeline with a savepoint and forgets it: its file is
 // gone.
 func (m *Manager) remove(e *entry) {
-	r := m.current(e)
+	m.mu.Lock()
+	r, gone := e.run, e.removed
+	m.mu.Unlock()
+	if !gone {
+		return // the file came back: the transition after this one applies it
+	}
 	sp, err := m.stop(r, true)
 	attrs := []any{"file", e.file}
 	if sp != "" {
@@ -641,12 +665,10 @@ func (m *Manager) remove(e *entry) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !e.removed {
-		return // the file came back meanwhile: the next transition starts it
+	if !e.removed || m.entries[e.name] != e {
+		return // the file came back meanwhile, or DELETE forgot it
 	}
-	if m.entries[e.name] == e {
-		delete(m.entries, e.name)
-	}
+	delete(m.entries, e.name)
 	m.notify()
 	m.logger.Info("pipeline removed: its file is gone", append(attrs, "pipeline", e.name)...)
 }

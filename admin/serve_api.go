@@ -181,7 +181,7 @@ func (m *Manager) Handler() http.Handler {
 			writeJSON(w, http.StatusNotFound, ErrorReply{fmt.Sprintf("pipeline %s has no run: %s", e.name, cmpOr(row.Reason, row.State))})
 			return
 		}
-		http.StripPrefix("/pipelines/"+e.name, run.handler()).ServeHTTP(w, r)
+		http.StripPrefix("/pipelines/"+e.name, run.endpoint).ServeHTTP(w, r)
 	}))
 	registerProfiles(mux)
 	registerUI(mux)
