@@ -241,6 +241,7 @@ func (m *Manager) enter(w http.ResponseWriter, e *entry) bool {
 	return true
 }
 
+// leave ends the transition enter started.
 func (m *Manager) leave(e *entry) {
 	e.op.Unlock()
 	m.transitions.Done()

@@ -48,6 +48,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.poll, "poll", admin.DefaultPoll, "how often to look at the folder for files added, changed or removed")
 }
 
+// newServeCommand returns `eddy serve`.
 func newServeCommand(g *globalOptions) *cobra.Command {
 	o := &serveOptions{global: g, v: newViper()}
 	c := &cobra.Command{
@@ -102,6 +103,8 @@ func folder(flag, path string) (string, error) {
 	return abs, nil
 }
 
+// run checks the flags, then serves the folder's pipelines until a signal
+// stops them.
 func (o *serveOptions) run(c *cobra.Command) error {
 	logger, err := o.global.newLogger(c.ErrOrStderr())
 	if err != nil {
