@@ -45,7 +45,7 @@ func (o *checkpointsOptions) status(c *cobra.Command, file string) error {
 		path string
 		v    any
 	}{{"/healthz", &health}, {"/checkpoints", &out.CheckpointStats}} {
-		if err := getJSON(c, "http://"+addr+q.path, q.v); err != nil {
+		if err := getJSON(c, addr+q.path, q.v); err != nil {
 			return runtimeFailure(fmt.Errorf("checkpoints of pipeline %q: no answer from the eddy at %s (from %s; did it crash?): %w", spec.Name, addr, addrPath, err))
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,8 +39,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.restore.allowDropped, "allow-non-restored-state", false, "restore even when the checkpoint holds state of steps the pipeline no longer has (that state is dropped)")
 	fs.Int(keyGCPercent, memlimit.DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
-	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
-	bindFlag(o.global.v, fs, keyAdminAddr)
+	addAdminFlags(fs, o.global.v, defaultAdminAddr)
 }
 
 func newRunCommand(g *globalOptions) *cobra.Command {
@@ -65,7 +63,9 @@ the container image sets 0.0.0.0:9249) serves
 ` + adminEndpointList("  ") + `
 The run logs its address and, with a checkpoint block, writes it to
 <state dir>/<pipeline>/admin.addr for eddy savepoint trigger. eddy health
-probes GET /healthz.
+probes GET /healthz. With EDDY_ADMIN_TOKEN set, every POST needs the header
+"Authorization: Bearer $EDDY_ADMIN_TOKEN"; on an address other than a
+loopback one the run refuses to start without it (exit 2).
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
 stdout. On exit a summary logs the records read by each source and written
@@ -96,8 +96,8 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	spec := plan.Spec
-	adminAddr := strings.TrimSpace(o.global.v.GetString(keyAdminAddr))
-	if err := checkAdminAddr(adminAddr); err != nil {
+	adminSet, err := readAdminSettings(o.global.v)
+	if err != nil {
 		return err
 	}
 	logger = logger.With("pipeline", spec.Name)
@@ -146,6 +146,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 			if attempt == 1 {
 				go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
 			}
+			if admin != nil {
+				admin.jobStarted()
+			}
 			// The address file goes where the checkpoint store (whose lock
 			// this process holds) is: a pipeline without one gets no state
 			// dir.
@@ -162,8 +165,8 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		logger.Error("cannot start", "err", err)
 		return reported(exitFailure)
 	}
-	if adminEnabled(adminAddr) {
-		admin, err = startAdmin(logger, adminAddr, r, metrics, spec.Name, spDir)
+	if adminEnabled(adminSet.addr) {
+		admin, err = startAdmin(logger, adminSet, r, metrics, spec, spDir)
 		if err != nil {
 			logger.Error("cannot start", "err", err)
 			return reported(exitFailure)
@@ -302,15 +305,4 @@ func onSignal(ctx context.Context, logger *slog.Logger, r *pipeline.Runner, spec
 	if errors.Is(err, pipeline.ErrStopping) {
 		cancel() // the admin endpoint stopped it meanwhile
 	}
-}
-
-// checkAdminAddr rejects an --admin-addr that is neither off nor HOST:PORT.
-func checkAdminAddr(addr string) error {
-	if !adminEnabled(addr) {
-		return nil
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return usageError("--%s %q: want HOST:PORT (port 0 picks a free one), or off (%v)", keyAdminAddr, addr, err)
-	}
-	return nil
 }

@@ -11,16 +11,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/eddy-stream/eddy/checkpoint"
-	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/admin"
 )
 
 // savepointOptions are the flags of `eddy savepoint trigger|list`.
@@ -185,10 +182,12 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 	if o.stop {
 		q.Set("stop", "true")
 	}
-	u := url.URL{Scheme: "http", Host: addr, Path: "/savepoints", RawQuery: q.Encode()}
-	req, err := http.NewRequestWithContext(c.Context(), http.MethodPost, u.String(), nil)
+	req, err := http.NewRequestWithContext(c.Context(), http.MethodPost, addr+"/savepoints?"+q.Encode(), nil)
 	if err != nil {
 		return runtimeFailure(fmt.Errorf("savepoint of pipeline %q: %w", name, err))
+	}
+	if token := strings.TrimSpace(os.Getenv(admin.TokenEnv)); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -200,13 +199,13 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 		return runtimeFailure(fmt.Errorf("savepoint of pipeline %q: read the answer: %w", name, err))
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e adminError
+		var e admin.ErrorReply
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			e.Error = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 		}
 		return runtimeFailure(fmt.Errorf("savepoint of pipeline %q failed: %s", name, e.Error))
 	}
-	var sp savepointReply
+	var sp admin.SavepointReply
 	if err := json.Unmarshal(body, &sp); err != nil || sp.Path == "" {
 		return runtimeFailure(fmt.Errorf("savepoint of pipeline %q: unexpected answer %q", name, body))
 	}
@@ -216,9 +215,11 @@ func (o *savepointOptions) trigger(c *cobra.Command, args []string) error {
 	return nil
 }
 
-// runningAdmin returns the admin endpoint's address of the eddy run of
-// pipeline name with state dir dir, and the file it read it from.
-func runningAdmin(name, dir string) (addr, addrPath string, err error) {
+// runningAdmin returns the base URL of the admin endpoint of the running
+// pipeline name with state dir dir (http://HOST:PORT for eddy run,
+// http://HOST:PORT/pipelines/NAME under eddy serve), and the file it read
+// it from.
+func runningAdmin(name, dir string) (base, addrPath string, err error) {
 	addrPath = filepath.Join(dir, adminAddrFile)
 	b, err := os.ReadFile(addrPath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -227,85 +228,11 @@ func runningAdmin(name, dir string) (addr, addrPath string, err error) {
 	if err != nil {
 		return "", "", runtimeFailure(fmt.Errorf("find the running eddy of pipeline %q: %w", name, err))
 	}
-	return strings.TrimSpace(string(b)), addrPath, nil
-}
-
-// savepointRow is one savepoint file of `savepoint list` and of the admin
-// endpoint's GET /savepoints.
-type savepointRow struct {
-	ID       int64     `json:"id"`
-	Time     time.Time `json:"time"`
-	Pipeline string    `json:"pipeline"`
-	FileHash string    `json:"file_hash"`
-	Final    bool      `json:"final"`
-	Size     int64     `json:"size"`
-	Path     string    `json:"path"`
-	Status   string    `json:"status"`
-	Error    string    `json:"error,omitempty"`
-}
-
-// savepointList is the json output of `savepoint list`.
-type savepointList struct {
-	Pipeline   string         `json:"pipeline,omitempty"`
-	Dir        string         `json:"dir"`
-	Savepoints []savepointRow `json:"savepoints"`
-}
-
-// listSavepoints returns the savepoint files (*.db) of dir, newest first,
-// each verified; a missing dir has none.
-func listSavepoints(dir string) ([]savepointRow, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return []savepointRow{}, nil
+	base = strings.TrimSpace(string(b))
+	if !strings.HasPrefix(base, "http://") {
+		base = "http://" + base
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list savepoints in %s: %w", dir, err)
-	}
-	rows := []savepointRow{}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".db") {
-			continue
-		}
-		rows = append(rows, readSavepoint(filepath.Join(dir, e.Name())))
-	}
-	slices.SortStableFunc(rows, func(a, b savepointRow) int {
-		return cmp.Or(b.Time.Compare(a.Time), cmp.Compare(b.ID, a.ID), strings.Compare(a.Path, b.Path))
-	})
-	return rows, nil
-}
-
-// readSavepoint opens and verifies one savepoint file.
-func readSavepoint(path string) savepointRow {
-	r := savepointRow{Path: path, Status: statusCorrupt}
-	if st, err := os.Stat(path); err == nil {
-		r.Size = st.Size()
-	}
-	err := checkpoint.Guard(filepath.Dir(path), func() error {
-		cp, err := checkpoint.OpenSavepoint(path)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = cp.Close() }()
-		m := cp.Meta()
-		r.ID, r.Time, r.Pipeline, r.FileHash = cp.ID(), m.Time.UTC(), m.Pipeline, m.FileHash
-		// Savepoints of `eddy checkpoints export` have no description.
-		if b, err := cp.Get(pipeline.SavepointMetaPart); err == nil {
-			meta, err := pipeline.DecodeSavepointMeta(b)
-			if err != nil {
-				return err
-			}
-			r.Final = meta.Final
-		} else if !errors.Is(err, checkpoint.ErrPartNotFound) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		r.Error = err.Error()
-		return r
-	}
-	r.Status = statusOK
-	return r
+	return base, addrPath, nil
 }
 
 func (o *savepointOptions) list(c *cobra.Command, args []string) error {
@@ -316,14 +243,14 @@ func (o *savepointOptions) list(c *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := savepointList{Pipeline: name, Dir: filepath.Join(dir, savepointsDir)}
-	if out.Savepoints, err = listSavepoints(out.Dir); err != nil {
+	out := admin.SavepointList{Pipeline: name, Dir: filepath.Join(dir, savepointsDir)}
+	if out.Savepoints, err = admin.ListSavepoints(out.Dir); err != nil {
 		return runtimeFailure(err)
 	}
 	return writeList(c.OutOrStdout(), o.format, out, func(w io.Writer) error { return writeSavepointsText(w, out) })
 }
 
-func writeSavepointsText(w io.Writer, l savepointList) error {
+func writeSavepointsText(w io.Writer, l admin.SavepointList) error {
 	if len(l.Savepoints) == 0 {
 		_, err := fmt.Fprintf(w, "no savepoints of pipeline %s in %s\n", l.Pipeline, l.Dir)
 		return err

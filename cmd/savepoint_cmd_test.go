@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/admin"
 	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -159,7 +160,7 @@ func TestSavepointCommand(t *testing.T) {
 			name: "list as json",
 			args: []string{"savepoint", "list", "-f", "json", "--pipeline", "sp-cmd", "--state-dir", f.state},
 			check: func(t *testing.T, out string) {
-				var l savepointList
+				var l admin.SavepointList
 				require.NoError(t, json.Unmarshal([]byte(out), &l))
 				require.Equal(t, "sp-cmd", l.Pipeline)
 				require.Equal(t, defaultDir, l.Dir)
@@ -300,7 +301,7 @@ func TestSavepointCommand(t *testing.T) {
 	require.Contains(t, body, "goroutine profile: total")
 	code, body = httpDo(t, http.MethodGet, base+"/savepoints", nil)
 	require.Equal(t, http.StatusOK, code)
-	var l savepointList
+	var l admin.SavepointList
 	require.NoError(t, json.Unmarshal([]byte(body), &l))
 	require.Len(t, l.Savepoints, 1)
 	require.Equal(t, paths[0], l.Savepoints[0].Path)

@@ -272,3 +272,12 @@ func (g Guarantee) String() string {
 	}
 	return "at-most-once"
 }
+
+// SplitStatuser is implemented by sources that can tell where each of their
+// splits stands (the Kafka source: each partition's offset, lag and
+// idleness), for the run's status (Runner.Status). SplitStatus is called
+// from other goroutines while Read runs, and after Open only: it must be
+// safe for that and cheap (no I/O: it reports what the source last knew).
+type SplitStatuser interface {
+	SplitStatus() []SplitStatus
+}

@@ -120,6 +120,12 @@ type Runner struct {
 	// restored is the id of the checkpoint the first attempt restored
 	// (0: none); set by Run before the first job starts.
 	restored int64
+	// startedAt and endedAt are when Run was called and returned; lastErr
+	// is the error of the last failed job, or of the run (Status).
+	startedAt, endedAt time.Time
+	lastErr            string
+	// sampler holds the totals the status's rates are computed from.
+	sampler statusSampler
 }
 
 // NewRunner compiles spec and returns its runner; nothing runs or is
@@ -173,6 +179,18 @@ func (r *Runner) Restored() int64 {
 // caller's goroutine.
 func (r *Runner) Run(ctx context.Context) error {
 	defer context.AfterFunc(ctx, func() { _ = r.Stop() })()
+	r.mu.Lock()
+	r.startedAt = time.Now()
+	r.mu.Unlock()
+	stopSampler, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		r.runSampler(stopSampler)
+	}()
+	defer func() {
+		close(stopSampler)
+		<-sampled
+	}()
 	opts := JobOptions{Logger: r.logger, Metrics: r.metrics, AllowNonRestoredState: r.opts.AllowNonRestoredState,
 		StateDir: r.opts.StateDir, Stdin: r.opts.Stdin, Stdout: r.opts.Stdout}
 	if r.spec.Checkpoint != nil {
@@ -245,6 +263,7 @@ func (r *Runner) runAttempts(ctx context.Context, opts JobOptions, store *checkp
 			return r.end(RunFailed, runErr)
 		}
 		r.metrics.Restarted()
+		r.failed(runErr)
 		r.logger.Warn("pipeline failed: restarting from the latest checkpoint", "err", runErr.Error(), "restart", attempt, "delay", delay)
 		select {
 		case <-time.After(delay):
@@ -297,8 +316,18 @@ func (r *Runner) jobEnded() (stopKind, bool) {
 func (r *Runner) end(state RunState, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ended = state
+	r.ended, r.endedAt = state, time.Now()
+	if err != nil {
+		r.lastErr = err.Error()
+	}
 	return err
+}
+
+// failed records err, a job's failure that a restart follows.
+func (r *Runner) failed(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = err.Error()
 }
 
 // State says where the run stands: starting, running, stopping or

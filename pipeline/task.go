@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,12 @@ type task struct {
 	head    *stage
 	writers []*writer
 	mailbox chan mail
+	// stats are the task's live numbers: its time by phase and its
+	// watermark (Runner.Status, eddy_task_*_seconds_total).
+	stats *taskStats
+	// opened is set once every stage opened: a source head's SplitStatus
+	// may be called from then on.
+	opened atomic.Bool
 
 	wm      int64
 	wmGauge prometheus.Gauge
@@ -111,6 +118,9 @@ type task struct {
 }
 
 func (t *task) run(ctx context.Context) (err error) {
+	t.stats.wm.Store(MinWatermark)
+	t.stats.enter(phaseBusy, time.Now())
+	defer func() { t.stats.enter(phaseEnded, time.Now()) }()
 	t.wm = MinWatermark
 	t.wmGauge = t.job.opts.Metrics.Watermark(t.head.info)
 	t.cpGauges = t.job.opts.Metrics.TaskCheckpoint(t.head.info)
@@ -154,8 +164,10 @@ func (t *task) run(ctx context.Context) (err error) {
 		}
 		t.srcSplits = sc.Splits
 		opened = append(opened, t.head)
+		t.job.taskOpened(t)
 		return t.runSource(ctx)
 	}
+	t.job.taskOpened(t)
 	return t.runInputs(ctx)
 }
 
@@ -170,7 +182,8 @@ func (t *task) armFlush() {
 		pending = pending || w.pending > 0
 	}
 	for _, s := range t.stages {
-		pending = pending || s.unflushed
+		// A sink's sample waits for the flush timer too, to be published.
+		pending = pending || s.unflushed || s.sample.waiting()
 	}
 	if pending {
 		t.flush.Reset(t.job.plan.Spec.Runtime.BufferTimeout.D())
@@ -190,11 +203,18 @@ func (t *task) flushBuffers(ctx context.Context) error {
 }
 
 func (t *task) flushSinks(ctx context.Context) error {
+	var now time.Time
 	for _, s := range t.stages {
 		if s.sink != nil && s.unflushed {
 			if err := s.flush(ctx); err != nil {
 				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
 			}
+		}
+		if s.sample.waiting() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			s.sample.publish(now, false)
 		}
 	}
 	return nil
@@ -217,6 +237,7 @@ func (t *task) advance(wm int64) error {
 		return nil
 	}
 	t.wm = wm
+	t.stats.wm.Store(wm)
 	t.idle = false
 	for _, s := range t.stages {
 		if s.wmh != nil {
@@ -367,6 +388,7 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 			if err := tpc.Commit(ctx, cs); err != nil {
 				return false, fmt.Errorf("commit sink %q at checkpoint %d: %w", s.node.ID, m.complete, err)
 			}
+			t.job.opts.Metrics.txnCommitted(cs)
 		}
 		s.committed(m.complete)
 	}
@@ -435,8 +457,10 @@ func (t *task) awaitFinal(ctx context.Context) error {
 		return nil
 	}
 	for {
+		t.waiting()
 		select {
 		case m := <-t.mailbox:
+			t.busy()
 			done, err := t.onMail(ctx, m)
 			if err != nil || done {
 				return err
@@ -542,8 +566,12 @@ func (t *task) runSource(ctx context.Context) error {
 	}
 	t.srcErrs = NewErrorHandler(t.head.info, src.OnError, t.head.side(ErrorsStream))
 	for {
+		// Waiting here is idle time: for the reader's next batch, the
+		// mailbox or a timer.
+		t.waiting()
 		select {
 		case rb, ok := <-batches:
+			t.busy()
 			if !ok {
 				if err := t.endSource(ctx, readErr, stopping); err != nil {
 					return err
@@ -575,11 +603,13 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			t.armFlush()
 		case now := <-tick:
+			t.busy()
 			if err := t.emitWatermark(now); err != nil {
 				return err
 			}
 			t.armFlush()
 		case m := <-t.mailbox:
+			t.busy()
 			if m.barrier != nil {
 				if err := t.checkpoint(ctx, *m.barrier, time.Time{}); err != nil {
 					return err
@@ -593,16 +623,19 @@ func (t *task) runSource(ctx context.Context) error {
 				return err
 			}
 		case <-t.flush.C:
+			t.busy()
 			t.armed = false
 			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
 		case <-t.wake.C:
+			t.busy()
 			if err := t.onWake(); err != nil {
 				return err
 			}
 			t.armFlush()
 		case <-stop:
+			t.busy()
 			// Stop reading; what the reader already read still drains.
 			stopping, stop = true, nil
 			stopReading()
@@ -730,7 +763,9 @@ func (t *task) runInputs(ctx context.Context) error {
 	}
 	rebuild()
 	for {
+		t.waiting()
 		chosen, v, _ := reflect.Select(cases)
+		t.busy()
 		switch chosen {
 		case 0:
 			m := v.Interface().(mail)
@@ -943,6 +978,13 @@ func (t *task) stateErr() error {
 	}
 	return nil
 }
+
+// waiting begins the task's idle time: it waits for input, its mailbox or
+// a timer.
+func (t *task) waiting() { t.stats.enter(phaseIdle, time.Now()) }
+
+// busy ends the task's idle time: it handles what it waited for.
+func (t *task) busy() { t.stats.enter(phaseBusy, time.Now()) }
 
 // markIdle tells the receivers that this task carries nothing for a while.
 func (t *task) markIdle() error {
