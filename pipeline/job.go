@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
@@ -85,6 +86,10 @@ type Job struct {
 	tasksEnded chan struct{}
 	bg         sync.WaitGroup
 	done       chan struct{}
+	// opened is closed once every task opened (taskOpened); unopened
+	// counts the tasks that have not.
+	opened   chan struct{}
+	unopened atomic.Int64
 
 	mu       sync.Mutex
 	finalReq *savepointReq // of StopWithSavepoint
@@ -99,7 +104,7 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		opts.Metrics = NewMetrics()
 	}
 	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}),
-		tasksEnded: make(chan struct{}), done: make(chan struct{})}
+		tasksEnded: make(chan struct{}), done: make(chan struct{}), opened: make(chan struct{})}
 	if cp := plan.Spec.Checkpoint; cp != nil {
 		if opts.Store == nil {
 			return nil, errors.New("start pipeline: the checkpoint block needs a checkpoint store")
@@ -136,6 +141,7 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		}
 		cancelRun()
 	}()
+	j.unopened.Store(int64(len(j.tasks)))
 	for _, t := range j.tasks {
 		j.wg.Add(1)
 		go func() {
@@ -198,6 +204,18 @@ func (j *Job) Wait() error {
 
 // Done is closed when every task ended.
 func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Opened is closed once every task opened its sinks, steps (restoring
+// their keyed state) and source, before reading or processing anything:
+// the job restored and runs. It stays open when a task fails to open.
+func (j *Job) Opened() <-chan struct{} { return j.opened }
+
+// taskOpened records that a task opened; the last one closes opened.
+func (j *Job) taskOpened() {
+	if j.unopened.Add(-1) == 0 {
+		close(j.opened)
+	}
+}
 
 // TriggerCheckpoint makes every source emit barrier id (the coordinator's
 // trigger). Acks arrive at JobOptions.OnAck.

@@ -154,8 +154,10 @@ func (t *task) run(ctx context.Context) (err error) {
 		}
 		t.srcSplits = sc.Splits
 		opened = append(opened, t.head)
+		t.job.taskOpened()
 		return t.runSource(ctx)
 	}
+	t.job.taskOpened()
 	return t.runInputs(ctx)
 }
 
