@@ -60,6 +60,14 @@ block's on_sigterm says: savepoint (the default: the final checkpoint is
 also written as a savepoint file, whose path the log gives), checkpoint, or
 none (no final checkpoint: the next run restores the latest one).
 
+SIGHUP reloads what can change while the pipeline runs: the --env-file is
+read again and the log level set anew (--log-level, then EDDY_LOG_LEVEL set
+outside the file, then the file's). Under systemd (Type=notify: the
+environment has NOTIFY_SOCKET) eddy reports READY=1 once the pipeline
+restored its state and runs, STATUS= lines, RELOADING=1 and READY=1 around
+a reload, STOPPING=1, and pings the watchdog (WatchdogSec) while the
+pipeline runs (docs/running.md, "systemd").
+
 The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default;
 the container image sets 0.0.0.0:9249) serves
 ` + adminEndpointList("  ") + `
@@ -124,6 +132,8 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	defer signal.Stop(sigs)
 
 	metrics := pipeline.NewMetrics()
+	svc := newService(logger, o.global, spec.Checkpoint != nil, metrics)
+	defer svc.close()
 	pipelineDir := stateDir(spec, o.global.v.GetString(keyStateDir))
 	if spec.Checkpoint == nil && (o.restore.fresh || o.restore.fromSavepoint != "") {
 		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
@@ -142,7 +152,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	r, err = pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: logger, Metrics: metrics, StateDir: pipelineDir,
 		Fresh: o.restore.fresh, FromSavepoint: o.restore.fromSavepoint, AllowNonRestoredState: o.restore.allowDropped,
 		Stdin: c.InOrStdin(), Stdout: c.OutOrStdout(),
+		OnRunning: svc.jobRunning,
 		OnStart: func(attempt int) {
+			svc.jobStarted(attempt)
 			if attempt == 1 {
 				go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
 			}
@@ -162,6 +174,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		logger.Error("cannot start", "err", err)
 		return reported(exitFailure)
 	}
+	svc.watch(r)
 	if adminEnabled(adminAddr) {
 		admin, err = startAdmin(logger, adminAddr, r, metrics, spec.Name, spDir)
 		if err != nil {
