@@ -91,6 +91,7 @@ in the flags or arguments is followed by "Run '... --help' for usage."`,
 		newDevCommand(),
 		newValidateCommand(),
 		newExplainCommand(),
+		newSchemaCommand(),
 		newVersionCommand(),
 		newHealthCommand(g),
 	)
