@@ -28,6 +28,8 @@ const (
 type runOptions struct {
 	global  *globalOptions
 	restore restoreOptions
+	// quiet: no progress line.
+	quiet bool
 }
 
 // AddFlags adds --state-dir and binds it to viper (EDDY_STATE_DIR).
@@ -42,6 +44,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	bindFlag(o.global.v, fs, keyGCPercent)
 	fs.String(keyAdminAddr, defaultAdminAddr, "address of the admin endpoint (savepoints, /healthz, /metrics); port 0 picks a free one, off disables it (env "+envName(keyAdminAddr)+")")
 	bindFlag(o.global.v, fs, keyAdminAddr)
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on the terminal")
 }
 
 func newRunCommand(g *globalOptions) *cobra.Command {
@@ -76,7 +79,10 @@ The run logs its address and, with a checkpoint block, writes it to
 probes GET /healthz.
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
-stdout. On exit a summary logs the records read by each source and written
+stdout. On a terminal, a bounded pipeline shows a progress line below the
+logs: the records read, how fast, how much of the input (files: bytes,
+generators: count) and the time left; --quiet or --log-format json turn it
+off. On exit a summary logs the records read by each source and written
 by each sink (written counts what a sink wrote out: flushed, or committed
 for a sink that commits per checkpoint, also after a failure), and, at warn
 level, the records that failed in each source or step that had any: errors,
@@ -95,7 +101,8 @@ Exit codes: 0 the input ended or the pipeline was stopped gracefully,
 }
 
 func (o *runOptions) run(c *cobra.Command, file string) error {
-	logger, err := o.global.newLogger(c.ErrOrStderr())
+	stderr := o.progressOutput(c.ErrOrStderr())
+	logger, err := o.global.newLogger(stderr)
 	if err != nil {
 		return err
 	}
@@ -188,7 +195,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		}()
 	}
 	start := time.Now()
+	stopProgress := startProgress(stderr, r, metrics)
 	runErr := r.Run(c.Context())
+	stopProgress()
 	close(ran)
 	status := r.State()
 	if !status.Ended() {
