@@ -74,7 +74,7 @@ func newService(logger *slog.Logger, g *globalOptions, checkpointing bool, m *pi
 	if s.notifying {
 		// The run's own handler acts on these; this one only tells systemd.
 		signal.Notify(s.signals, os.Interrupt, syscall.SIGTERM)
-		logger.Debug("telling systemd how the run stands", "watchdog_interval", s.watchdog)
+		logger.Debug("telling systemd how the run stands", "watchdog", s.watchdog)
 	}
 	s.setStatus("starting: restoring state and opening sources")
 	s.wg.Go(s.handleSignals)
