@@ -3,7 +3,9 @@ package cmd
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -19,15 +21,19 @@ const keyEnvFile = "env-file"
 // envFile is the --env-file of a command (EDDY_ENV_FILE): KEY=value lines
 // set into the process's environment, so that EDDY_* settings and the
 // ${VAR} of pipeline files see them, under the variables the environment
-// had already: those win over the file. `eddy run` reads it again on
-// SIGHUP (reread), which is how a changed EDDY_LOG_LEVEL reaches a
-// running pipeline: systemd reads its own EnvironmentFile= only when it
-// starts a service.
+// had already with another value: those win over the file. `eddy run`
+// reads it again on SIGHUP (reread), which is how a changed
+// EDDY_LOG_LEVEL reaches a running pipeline: systemd reads its own
+// EnvironmentFile= only when it starts a service. A variable the
+// environment has with the value the file gives it at start (systemd
+// read the same file) counts as the file's. A path starting with "-" may
+// be missing (as with EnvironmentFile=-): the file then sets nothing.
 type envFile struct {
-	path string
-	// outside are the variables the environment had before the file was
-	// applied; the file does not change them. An empty one counts as
-	// unset, as it does for the EDDY_* settings.
+	path     string
+	optional bool
+	// outside are the variables the environment had, with a value other
+	// than the file's at start; the file does not change them. An empty
+	// one counts as unset, as it does for the EDDY_* settings.
 	outside map[string]bool
 	// applied is what the file set, by variable.
 	applied map[string]string
@@ -35,7 +41,7 @@ type envFile struct {
 
 // addEnvFileFlag adds --env-file to fs and binds it to viper.
 func addEnvFileFlag(v *viper.Viper, fs *pflag.FlagSet) {
-	fs.String(keyEnvFile, "", "file of KEY=value lines to set in the environment (EDDY_* settings, ${VAR} of pipeline files) unless set already; eddy run reads it again on SIGHUP (env "+envName(keyEnvFile)+")")
+	fs.String(keyEnvFile, "", "file of KEY=value lines to set in the environment (EDDY_* settings, ${VAR} of pipeline files) unless set already to another value; -FILE: it may be missing; eddy run reads it again on SIGHUP (env "+envName(keyEnvFile)+")")
 	bindFlag(v, fs, keyEnvFile)
 }
 
@@ -47,13 +53,14 @@ func loadEnvFile(v *viper.Viper) (*envFile, error) {
 	if path == "" {
 		return nil, nil
 	}
-	vars, err := readEnvFile(path)
+	path, optional := strings.CutPrefix(path, "-")
+	f := &envFile{path: path, optional: optional, outside: map[string]bool{}, applied: map[string]string{}}
+	vars, err := f.read()
 	if err != nil {
 		return nil, invalidInput("--%s: %w", keyEnvFile, err)
 	}
-	f := &envFile{path: path, outside: map[string]bool{}, applied: map[string]string{}}
 	for _, kv := range os.Environ() {
-		if name, value, _ := strings.Cut(kv, "="); value != "" {
+		if name, value, _ := strings.Cut(kv, "="); value != "" && vars[name] != value {
 			f.outside[name] = true
 		}
 	}
@@ -61,12 +68,21 @@ func loadEnvFile(v *viper.Viper) (*envFile, error) {
 	return f, nil
 }
 
+// read reads the file; an optional one that is missing sets nothing.
+func (f *envFile) read() (map[string]string, error) {
+	vars, err := readEnvFile(f.path)
+	if f.optional && errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	return vars, err
+}
+
 // reread reads the file again and applies it: variables it sets anew or
 // differently are set, those it no longer sets are unset, the outside
 // ones stay. It returns the variables that changed, sorted; on an error
 // nothing changes.
 func (f *envFile) reread() ([]string, error) {
-	vars, err := readEnvFile(f.path)
+	vars, err := f.read()
 	if err != nil {
 		return nil, err
 	}

@@ -52,15 +52,17 @@ HALF="open
 }
 
 // TestEnvFileApply: the file sets what the environment does not have
-// (an empty variable counts as unset); read again, it sets what changed
-// and unsets what it no longer has, and never touches the others.
+// (an empty variable counts as unset) or has with the file's value; read
+// again, it sets what changed and unsets what it no longer has, and never
+// touches the others. A file named with a leading - may be missing.
 func TestEnvFileApply(t *testing.T) {
-	unsetEnv(t, "EDDY_T_A", "EDDY_T_B", "EDDY_T_C")
+	unsetEnv(t, "EDDY_T_A", "EDDY_T_B", "EDDY_T_C", "EDDY_T_D")
 	t.Setenv("EDDY_T_OUTSIDE", "mine")
 	t.Setenv("EDDY_T_EMPTY", "")
+	t.Setenv("EDDY_T_SAME", "as in the file") // systemd read the file too
 	path := filepath.Join(t.TempDir(), "eddy.env")
 	write := func(text string) { require.NoError(t, os.WriteFile(path, []byte(text), 0o644)) }
-	write("EDDY_T_A=1\nEDDY_T_B=2\nEDDY_T_OUTSIDE=file\nEDDY_T_EMPTY=filled\n")
+	write("EDDY_T_A=1\nEDDY_T_B=2\nEDDY_T_OUTSIDE=file\nEDDY_T_EMPTY=filled\nEDDY_T_SAME=as in the file\n")
 	v := viper.New()
 	v.Set(keyEnvFile, path)
 	f, err := loadEnvFile(v)
@@ -70,10 +72,11 @@ func TestEnvFileApply(t *testing.T) {
 	require.Equal(t, "mine", os.Getenv("EDDY_T_OUTSIDE"), "the environment wins over the file")
 	require.Equal(t, "filled", os.Getenv("EDDY_T_EMPTY"))
 
-	write("EDDY_T_A=1\nEDDY_T_C=3\nEDDY_T_OUTSIDE=changed\nEDDY_T_EMPTY=filled\n")
+	write("EDDY_T_A=1\nEDDY_T_C=3\nEDDY_T_OUTSIDE=changed\nEDDY_T_EMPTY=filled\nEDDY_T_SAME=changed\n")
 	changed, err := f.reread()
 	require.NoError(t, err)
-	require.Equal(t, []string{"EDDY_T_B", "EDDY_T_C"}, changed)
+	require.Equal(t, []string{"EDDY_T_B", "EDDY_T_C", "EDDY_T_SAME"}, changed)
+	require.Equal(t, "changed", os.Getenv("EDDY_T_SAME"), "the file's at start: it follows the file")
 	_, set := os.LookupEnv("EDDY_T_B")
 	require.False(t, set, "no longer in the file: unset")
 	require.Equal(t, "3", os.Getenv("EDDY_T_C"))
@@ -84,9 +87,24 @@ func TestEnvFileApply(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "3", os.Getenv("EDDY_T_C"), "a file that does not parse changes nothing")
 
-	v.Set(keyEnvFile, filepath.Join(t.TempDir(), "missing.env"))
+	missing := filepath.Join(t.TempDir(), "missing.env")
+	v.Set(keyEnvFile, missing)
 	_, err = loadEnvFile(v)
 	require.Equal(t, exitInvalid, exitCode(err))
+
+	v.Set(keyEnvFile, "-"+missing) // optional, as EnvironmentFile=-
+	opt, err := loadEnvFile(v)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(missing, []byte("EDDY_T_D=4\n"), 0o644))
+	changed, err = opt.reread()
+	require.NoError(t, err)
+	require.Equal(t, []string{"EDDY_T_D"}, changed)
+	require.NoError(t, os.Remove(missing))
+	changed, err = opt.reread()
+	require.NoError(t, err)
+	require.Equal(t, []string{"EDDY_T_D"}, changed, "gone again: unset")
+	_, set = os.LookupEnv("EDDY_T_D")
+	require.False(t, set)
 }
 
 // testGlobal returns the global options of a command line with args, its

@@ -64,7 +64,8 @@ The settings --log-level, --log-format, --state-dir and --admin-addr can
 also be set with EDDY_LOG_LEVEL, EDDY_LOG_FORMAT, EDDY_STATE_DIR and
 EDDY_ADMIN_ADDR; a flag wins over the environment. --env-file FILE
 (EDDY_ENV_FILE) sets the KEY=value lines of FILE in the environment,
-except variables set already; eddy run reads it again on SIGHUP.
+except variables set already to another value; eddy run reads it again
+on SIGHUP.
 
 Exit codes: 0 ok, 1 the pipeline (or the command) failed while it ran,
 2 invalid input (pipeline file, state, flags or arguments). Only a mistake

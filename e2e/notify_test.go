@@ -142,8 +142,9 @@ func waitForLog(t *testing.T, p *proc, msg string) {
 //   - STATUS=starting first, then READY=1 once the pipeline runs,
 //     WATCHDOG=1 pings, STATUS= with the latest checkpoint;
 //   - SIGHUP: RELOADING=1 (with MONOTONIC_USEC) then READY=1, and the log
-//     level of the env file, changed from info to debug, applies: debug
-//     lines follow where there were none;
+//     level of the env file, changed from info to debug, applies (though
+//     the environment had info too, as systemd's EnvironmentFile= sets
+//     it): debug lines follow where there were none;
 //   - SIGTERM: STOPPING=1 first, exit 0, the last STATUS=stopped;
 //   - a second run on the same state: READY=1 says it restored the
 //     checkpoint the first run stopped with;
@@ -156,9 +157,11 @@ func TestSystemdNotify(t *testing.T) {
 	envFile := filepath.Join(work, "eddy.env")
 	writeFile(t, envFile, "EDDY_LOG_LEVEL=info\n")
 	state, out := t.TempDir(), t.TempDir()
+	// As under the unit: systemd's EnvironmentFile= read the file too, so
+	// the environment has its EDDY_LOG_LEVEL, which a reload still follows.
 	env := func(sock *notifySocket, watchdogUsec string) map[string]string {
 		return map[string]string{"EDDY_STATE_DIR": state, "EDDY_OUT": out, "EDDY_LOG_FORMAT": "json",
-			"EDDY_ENV_FILE": envFile, "NOTIFY_SOCKET": sock.path, "WATCHDOG_USEC": watchdogUsec}
+			"EDDY_ENV_FILE": "-" + envFile, "EDDY_LOG_LEVEL": "info", "NOTIFY_SOCKET": sock.path, "WATCHDOG_USEC": watchdogUsec}
 	}
 
 	sock := listenNotify(t)

@@ -47,7 +47,8 @@ func TestSystemdUnitVerifies(t *testing.T) {
 func TestSystemdUnitEnvFile(t *testing.T) {
 	unit, err := os.ReadFile(filepath.Join(repoRoot, "configs", "eddy.service"))
 	require.NoError(t, err)
-	require.Contains(t, string(unit), "\nEnvironment=EDDY_ENV_FILE=/etc/eddy/eddy.env\n")
+	require.Contains(t, string(unit), "\nEnvironmentFile=-/etc/eddy/eddy.env\n")
+	require.Contains(t, string(unit), "\nEnvironment=EDDY_ENV_FILE=-/etc/eddy/eddy.env\n")
 	require.Contains(t, string(unit), "\nType=notify\n")
 	require.Contains(t, string(unit), "\nExecReload=/bin/kill -HUP $MAINPID\n")
 
@@ -64,7 +65,7 @@ sources:
 sinks:
   - { id: out, type: file, path: "${EDDY_OUT}/x.jsonl" }
 `)
-	res := eddy(t, ".", map[string]string{"EDDY_ENV_FILE": envFile, "EDDY_STATE_DIR": t.TempDir()}, "run", pipelineFile)
+	res := eddy(t, ".", map[string]string{"EDDY_ENV_FILE": "-" + envFile, "EDDY_STATE_DIR": t.TempDir()}, "run", pipelineFile)
 	require.Equal(t, 0, res.code, res.stderr)
 	written, err := os.ReadFile(filepath.Join(out, "x.jsonl"))
 	require.NoError(t, err, "the sink wrote under the env file's EDDY_OUT")
