@@ -161,13 +161,14 @@ func (s *service) stopped() {
 
 // reload reads the env file again and sets the log level anew; once the
 // run was ready it tells systemd RELOADING=1 before and READY=1 after.
+// It holds s.mu throughout, so that no STATUS= comes in between.
 func (s *service) reload() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ready := s.ready && !s.stopping
 	if ready {
 		s.sendLocked("RELOADING=1\n"+strings.TrimSuffix(daemon.SdNotifyMonotonicUsec(), "\n"), "reloading")
 	}
-	s.mu.Unlock()
 	old := s.global.level.Level()
 	changed, err := s.global.reload()
 	switch {
@@ -182,9 +183,7 @@ func (s *service) reload() {
 		}
 	}
 	if ready {
-		s.mu.Lock()
 		s.sendLocked("READY=1", s.runningText())
-		s.mu.Unlock()
 	}
 }
 

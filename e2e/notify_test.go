@@ -180,6 +180,8 @@ func TestSystemdNotify(t *testing.T) {
 	require.True(t, hasField(reloading, "MONOTONIC_USEC="), "%q", reloading)
 	after := sock.next(t)
 	require.True(t, hasField(after, "READY=1"), "after RELOADING=1 comes READY=1, not %q", after)
+	// The log comes through a pipe of its own: wait for it.
+	waitForLog(t, p, "settings reloaded")
 	require.Len(t, p.log.find("settings reloaded"), 1)
 	waitForLog(t, p, "checkpoint triggered")
 
@@ -195,6 +197,7 @@ func TestSystemdNotify(t *testing.T) {
 		sock := listenNotify(t)
 		p := startEddy(t, work, env(sock, ""), "run", file)
 		ready, _ := sock.until(t, "READY=1")
+		waitForLog(t, p, "restoring from checkpoint")
 		id, fresh := p.log.restore()
 		require.False(t, fresh)
 		require.Equal(t, stoppedWith, id, "restored the checkpoint the first run stopped with")
