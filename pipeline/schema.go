@@ -74,8 +74,8 @@ func (e *Env) Schema() map[string]any {
 	return top
 }
 
-// defaultTopSpec holds the defaults of the top-level keys the loader
-// starts from (Load).
+// defaultTopSpec holds the defaults of the top-level keys: what Load
+// decodes the file over, and the defaults the schema shows.
 func defaultTopSpec() topSpec {
 	return topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime(),
 		State: StateSpec{Backend: "memory"}, Restart: DefaultRestart()}
