@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // settings are the EDDY_* variables the commands read; each test run
 // starts with them unset so that the caller's environment does not leak in.
-var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR", "EDDY_ADMIN_ADDR", "EDDY_GC_PERCENT", "EDDY_ADMIN_TOKEN", "EDDY_READY_MAX_CHECKPOINT_AGE"}
+var settings = []string{"EDDY_LOG_LEVEL", "EDDY_LOG_FORMAT", "EDDY_STATE_DIR", "EDDY_ADMIN_ADDR", "EDDY_GC_PERCENT", "EDDY_ADMIN_TOKEN", "EDDY_READY_MAX_CHECKPOINT_AGE", "EDDY_ENV_FILE"}
 
 type result struct {
 	code           int

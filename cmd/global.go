@@ -19,6 +19,11 @@ const (
 // globalOptions are the root command's persistent flags.
 type globalOptions struct {
 	v *viper.Viper
+	// env is the --env-file applied, nil without one.
+	env *envFile
+	// level is the level of the logger newLogger returned; SIGHUP sets it
+	// again (reloadLogLevel).
+	level slog.LevelVar
 }
 
 // AddFlags adds --log-level and --log-format and binds them to viper.
@@ -43,16 +48,26 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// newLogger returns the logger of a run, writing to w (stderr). A bad level
-// or format is invalid input.
-func (o *globalOptions) newLogger(w io.Writer) (*slog.Logger, error) {
+// logLevel returns the --log-level setting. A bad level is invalid input.
+func (o *globalOptions) logLevel() (slog.Level, error) {
 	levelName := strings.ToLower(strings.TrimSpace(o.v.GetString(keyLogLevel)))
 	level, ok := logLevels[levelName]
 	if !ok {
-		return nil, usageError("log level %q: want debug, info, warn or error (--%s or %s)",
+		return 0, usageError("log level %q: want debug, info, warn or error (--%s or %s)",
 			o.v.GetString(keyLogLevel), keyLogLevel, envName(keyLogLevel))
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	return level, nil
+}
+
+// newLogger returns the logger of a run, writing to w (stderr), at the
+// level o.level holds. A bad level or format is invalid input.
+func (o *globalOptions) newLogger(w io.Writer) (*slog.Logger, error) {
+	level, err := o.logLevel()
+	if err != nil {
+		return nil, err
+	}
+	o.level.Set(level)
+	opts := &slog.HandlerOptions{Level: &o.level}
 	switch format := strings.ToLower(strings.TrimSpace(o.v.GetString(keyLogFormat))); format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

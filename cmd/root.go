@@ -60,7 +60,10 @@ process.
 
 The settings --log-level, --log-format, --state-dir and --admin-addr can
 also be set with EDDY_LOG_LEVEL, EDDY_LOG_FORMAT, EDDY_STATE_DIR and
-EDDY_ADMIN_ADDR; a flag wins over the environment.
+EDDY_ADMIN_ADDR; a flag wins over the environment. --env-file FILE
+(EDDY_ENV_FILE) sets the KEY=value lines of FILE in the environment,
+except variables set already to another value; eddy run reads it again
+on SIGHUP.
 
 Exit codes: 0 ok, 1 the pipeline (or the command) failed while it ran,
 2 invalid input (pipeline file, state, flags or arguments). Only a mistake
@@ -76,12 +79,18 @@ in the flags or arguments is followed by "Run '... --help' for usage."`,
 	})
 	g.AddFlags(root.PersistentFlags())
 	g.addCompletions(root)
+	addEnvFileFlag(g.v, root.PersistentFlags())
+	root.PersistentPreRunE = func(*cobra.Command, []string) (err error) {
+		g.env, err = loadEnvFile(g.v)
+		return err
+	}
 
 	root.AddCommand(
 		newRunCommand(g),
 		newDevCommand(),
 		newValidateCommand(),
 		newExplainCommand(),
+		newSchemaCommand(),
 		newVersionCommand(),
 		newHealthCommand(g),
 		newServeCommand(g),

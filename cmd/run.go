@@ -27,6 +27,8 @@ const (
 type runOptions struct {
 	global  *globalOptions
 	restore restoreOptions
+	// quiet: no progress line.
+	quiet bool
 }
 
 // AddFlags adds --state-dir and binds it to viper (EDDY_STATE_DIR).
@@ -40,6 +42,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int(keyGCPercent, memlimit.DefaultGCPercent, "Go GC percent while running, unless GOGC is set (env "+envName(keyGCPercent)+")")
 	bindFlag(o.global.v, fs, keyGCPercent)
 	addAdminFlags(fs, o.global.v, defaultAdminAddr)
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on the terminal")
 }
 
 func newRunCommand(g *globalOptions) *cobra.Command {
@@ -58,6 +61,14 @@ block's on_sigterm says: savepoint (the default: the final checkpoint is
 also written as a savepoint file, whose path the log gives), checkpoint, or
 none (no final checkpoint: the next run restores the latest one).
 
+SIGHUP reloads what can change while the pipeline runs: the --env-file is
+read again and the log level set anew (--log-level, then EDDY_LOG_LEVEL set
+outside the file, then the file's). Under systemd (Type=notify: the
+environment has NOTIFY_SOCKET) eddy reports READY=1 once the pipeline
+restored its state and runs, STATUS= lines, RELOADING=1 and READY=1 around
+a reload, STOPPING=1, and pings the watchdog (WatchdogSec) while the
+pipeline runs (docs/running.md, "systemd").
+
 The admin endpoint (--admin-addr, 127.0.0.1 and a free port by default;
 the container image sets 0.0.0.0:9249) serves
 ` + adminEndpointList("  ") + `
@@ -68,7 +79,10 @@ probes GET /healthz. With EDDY_ADMIN_TOKEN set, every POST needs the header
 loopback one the run refuses to start without it (exit 2).
 
 Logs go to stderr (--log-level, --log-format); sinks of type stdout write to
-stdout. On exit a summary logs the records read by each source and written
+stdout. On a terminal, a bounded pipeline shows a progress line below the
+logs: the records read, how fast, how much of the input (files: bytes,
+generators: count) and the time left; --quiet or --log-format json turn it
+off. On exit a summary logs the records read by each source and written
 by each sink (written counts what a sink wrote out: flushed, or committed
 for a sink that commits per checkpoint, also after a failure), and, at warn
 level, the records that failed in each source or step that had any: errors,
@@ -87,7 +101,8 @@ Exit codes: 0 the input ended or the pipeline was stopped gracefully,
 }
 
 func (o *runOptions) run(c *cobra.Command, file string) error {
-	logger, err := o.global.newLogger(c.ErrOrStderr())
+	stderr := o.progressOutput(c.ErrOrStderr())
+	logger, err := o.global.newLogger(stderr)
 	if err != nil {
 		return err
 	}
@@ -124,6 +139,8 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	defer signal.Stop(sigs)
 
 	metrics := pipeline.NewMetrics()
+	svc := newService(logger, o.global, spec.Checkpoint != nil, metrics)
+	defer svc.close()
 	pipelineDir := stateDir(spec, o.global.v.GetString(keyStateDir))
 	if spec.Checkpoint == nil && (o.restore.fresh || o.restore.fromSavepoint != "") {
 		return invalidInput("--fresh and --from-savepoint need a checkpoint block in %s", file)
@@ -142,7 +159,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	r, err = pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: logger, Metrics: metrics, StateDir: pipelineDir,
 		Fresh: o.restore.fresh, FromSavepoint: o.restore.fromSavepoint, AllowNonRestoredState: o.restore.allowDropped,
 		Stdin: c.InOrStdin(), Stdout: c.OutOrStdout(),
+		OnRunning: svc.jobRunning,
 		OnStart: func(attempt int) {
+			svc.jobStarted(attempt)
 			if attempt == 1 {
 				go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
 			}
@@ -165,6 +184,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		logger.Error("cannot start", "err", err)
 		return reported(exitFailure)
 	}
+	svc.watch(r)
 	if adminEnabled(adminSet.addr) {
 		admin, err = startAdmin(logger, adminSet, r, metrics, spec, spDir)
 		if err != nil {
@@ -178,7 +198,9 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		}()
 	}
 	start := time.Now()
+	stopProgress := startProgress(stderr, r, metrics)
 	runErr := r.Run(c.Context())
+	stopProgress()
 	close(ran)
 	status := r.State()
 	if !status.Ended() {

@@ -63,7 +63,7 @@ type JoinSpec struct {
 	// On holds each side's key expression(s).
 	On JoinKeys `yaml:"on"`
 	// Type is inner, left, right or full.
-	Type string `yaml:"type"`
+	Type string `yaml:"type" enum:"inner,left,right,full"`
 	// Between makes an interval join.
 	Between *JoinBounds `yaml:"between"`
 	// Window makes a window join (tumbling, sliding or session).

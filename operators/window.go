@@ -25,7 +25,7 @@ import (
 //	window: { type: count, size: 100, slide: 10 }
 //	window: { type: global }              # with trigger: {count: N, every: D}
 type WindowSpec struct {
-	Type string `yaml:"type"`
+	Type string `yaml:"type" enum:"tumbling,sliding,session,count,global"`
 	// Size is a duration for tumbling and sliding windows, a number of
 	// records for count windows.
 	Size windowLength `yaml:"size"`

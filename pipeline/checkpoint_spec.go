@@ -118,7 +118,7 @@ type StateSpec struct {
 	// Backend is memory (keyed state on the heap, snapshotted to the
 	// checkpoint store) or bbolt (live state in a file per stateful step
 	// subtask under <dir>/<name>/live, with a cache of CacheEntries keys).
-	Backend string `yaml:"backend"`
+	Backend string `yaml:"backend" enum:"memory,bbolt"`
 	// Dir is the state directory; a sub-directory per pipeline name. Empty:
 	// the runner's (--state-dir, EDDY_STATE_DIR, ./eddy-state).
 	Dir string `yaml:"dir"`

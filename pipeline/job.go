@@ -86,13 +86,13 @@ type Job struct {
 	tasksEnded chan struct{}
 	bg         sync.WaitGroup
 	done       chan struct{}
+	// opened is closed once every task opened (taskOpened); unopened
+	// counts the tasks that have not.
+	opened   chan struct{}
+	unopened atomic.Int64
 
 	mu       sync.Mutex
 	finalReq *savepointReq // of StopWithSavepoint
-
-	// unopened counts the tasks that have not opened their stages yet
-	// (sources connect, steps restore their keyed state).
-	unopened atomic.Int64
 }
 
 // Start builds every task of plan and starts them.
@@ -104,7 +104,7 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		opts.Metrics = NewMetrics()
 	}
 	j := &Job{plan: plan, opts: opts, stop: make(chan struct{}), cancel: make(chan struct{}),
-		tasksEnded: make(chan struct{}), done: make(chan struct{})}
+		tasksEnded: make(chan struct{}), done: make(chan struct{}), opened: make(chan struct{})}
 	if cp := plan.Spec.Checkpoint; cp != nil {
 		if opts.Store == nil {
 			return nil, errors.New("start pipeline: the checkpoint block needs a checkpoint store")
@@ -123,7 +123,6 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	if err := j.build(); err != nil {
 		return nil, err
 	}
-	j.unopened.Store(int64(len(j.tasks)))
 	restored := int64(0)
 	if opts.Restore != nil {
 		restored = opts.Restore.ID()
@@ -142,6 +141,7 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 		}
 		cancelRun()
 	}()
+	j.unopened.Store(int64(len(j.tasks)))
 	for _, t := range j.tasks {
 		j.wg.Add(1)
 		go func() {
@@ -171,16 +171,6 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	}()
 	return j, nil
 }
-
-// taskOpened records that t opened every stage.
-func (j *Job) taskOpened(t *task) {
-	t.opened.Store(true)
-	j.unopened.Add(-1)
-}
-
-// Opened reports whether every task opened its stages: the sources are
-// connected and the keyed state is restored. Safe from any goroutine.
-func (j *Job) Opened() bool { return j.unopened.Load() == 0 }
 
 // Stop asks the job to stop gracefully: sources stop reading, what they
 // read drains through the pipeline and sinks flush. Safe to call many times.
@@ -214,6 +204,20 @@ func (j *Job) Wait() error {
 
 // Done is closed when every task ended.
 func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Opened is closed once every task opened its sinks, steps (restoring
+// their keyed state) and source, before reading or processing anything:
+// the job restored and runs. It stays open when a task fails to open.
+func (j *Job) Opened() <-chan struct{} { return j.opened }
+
+// taskOpened records that t opened every stage; the last one closes
+// opened.
+func (j *Job) taskOpened(t *task) {
+	t.opened.Store(true)
+	if j.unopened.Add(-1) == 0 {
+		close(j.opened)
+	}
+}
 
 // TriggerCheckpoint makes every source emit barrier id (the coordinator's
 // trigger). Acks arrive at JobOptions.OnAck.

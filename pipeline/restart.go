@@ -11,7 +11,7 @@ import (
 // The job restarts in the same process from the latest complete checkpoint.
 type RestartSpec struct {
 	// Strategy is none, fixed_delay, failure_rate or exponential_delay.
-	Strategy string `yaml:"strategy"`
+	Strategy string `yaml:"strategy" enum:"none,fixed_delay,failure_rate,exponential_delay"`
 	// fixed_delay: at most Attempts restarts, Delay apart.
 	Attempts int      `yaml:"attempts"`
 	Delay    Duration `yaml:"delay"`

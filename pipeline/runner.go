@@ -37,6 +37,14 @@ type RunnerOptions struct {
 	// with the attempt: 1 for the first job, 2 for the first restart. The
 	// job runs meanwhile; OnStart must not block for long.
 	OnStart func(attempt int)
+	// OnRunning, if set, is called once the attempt's job opened every
+	// task (Job.Opened): its keyed state restored, its sinks, steps and
+	// sources open. It is called on a goroutine of its own, after OnStart
+	// of the same attempt and before the job's end is handled (so before
+	// the next attempt's OnStart, and before Run returns); not for a job
+	// that fails before (a restore that fails in a task, a source that
+	// cannot open). `eddy run` tells systemd READY=1 from it.
+	OnRunning func(attempt int)
 	// Stdin and Stdout are the job's standard streams (JobOptions.Stdin,
 	// JobOptions.Stdout); nil: the process's.
 	Stdin  io.Reader
@@ -228,7 +236,9 @@ func (r *Runner) runAttempts(ctx context.Context, opts JobOptions, store *checkp
 		if r.opts.OnStart != nil {
 			r.opts.OnStart(attempt)
 		}
+		watched := r.watchOpened(job, attempt)
 		runErr := job.Wait()
+		<-watched
 		stop, finalSavepoint := r.jobEnded()
 		if stop == stopNoCheckpoint && errors.Is(runErr, context.Canceled) {
 			runErr = nil // the stop asked for
@@ -300,6 +310,32 @@ func (r *Runner) started(ctx context.Context, job *Job) {
 	case stopNoCheckpoint, stopCancel:
 		job.Cancel()
 	}
+}
+
+// watchOpened calls OnRunning, on a goroutine of its own, once job opened
+// every task, and nothing when its tasks ended without (one failed to
+// open). The channel it returns is closed once that goroutine is done
+// (at once without OnRunning).
+func (r *Runner) watchOpened(job *Job, attempt int) <-chan struct{} {
+	done := make(chan struct{})
+	if r.opts.OnRunning == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		select {
+		case <-job.Opened():
+		case <-job.tasksEnded:
+			select {
+			case <-job.Opened(): // opened, then ended at once
+			default:
+				return
+			}
+		}
+		r.opts.OnRunning(attempt)
+	}()
+	return done
 }
 
 // jobEnded records that the attempt's job ended, and says how it was asked

@@ -199,7 +199,7 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		p.at(root, "a pipeline file must be a mapping with version, name, sources, steps and sinks")
 		return nil, p.list.sorted()
 	}
-	top := topSpec{Parallelism: 1, MaxParallelism: defaultMaxParallelism, Runtime: DefaultRuntime(), State: StateSpec{Backend: "memory"}, Restart: DefaultRestart()}
+	top := defaultTopSpec()
 	if _, n := mappingValue(root, "checkpoint"); n != nil {
 		c := DefaultCheckpoint()
 		top.Checkpoint = &c

@@ -236,7 +236,7 @@ func (r *Runner) statusState() string {
 	switch {
 	case st == RunStarting && restored != 0:
 		return "restoring" // the store is open, the job starts
-	case st != RunRunning || job == nil || job.Opened():
+	case st != RunRunning || job == nil || isClosed(job.Opened()):
 		return st.String()
 	case job.opts.Restore != nil:
 		return "restoring"
@@ -608,4 +608,14 @@ func encodeSample(fields map[string]any) json.RawMessage {
 		b, _ = json.Marshal(map[string]string{"_unencodable": fmt.Sprint(fields)})
 	}
 	return b
+}
+
+// isClosed reports whether c is closed, without blocking.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

@@ -21,7 +21,7 @@ const (
 // DecodeOptions are the format keys of a source, inlined into its config.
 type DecodeOptions struct {
 	// Format is json, csv or text.
-	Format Format `yaml:"format"`
+	Format Format `yaml:"format" enum:"json,csv,text"`
 	// CSVDelimiter is the field separator of csv, one character.
 	CSVDelimiter string `yaml:"csv_delimiter"`
 }
@@ -55,7 +55,7 @@ func (o *DecodeOptions) NewDecoder() Decoder { return NewDecoder(o.Format, o.Del
 // EncodeOptions are the format keys of a sink, inlined into its config.
 type EncodeOptions struct {
 	// Format is json or csv.
-	Format Format `yaml:"format"`
+	Format Format `yaml:"format" enum:"json,csv"`
 	// Columns are the csv columns, in order; required with csv.
 	Columns []string `yaml:"columns"`
 	// CSVDelimiter is the field separator of csv, one character.

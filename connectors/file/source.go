@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-stream/eddy/connectors/codec"
@@ -125,6 +126,10 @@ type source struct {
 	dec    codec.BatchDecoder
 	lines  [][]byte
 	nums   []int
+	// read and size are the bytes read of the subtask's files and their
+	// size at Open, for Progress (another goroutine); size stays 0 with
+	// follow, whose input has no end.
+	read, size atomic.Int64
 }
 
 // input is one file of the subtask.
@@ -138,6 +143,9 @@ type input struct {
 	line   int   // the line number at offset
 	eof    bool  // the last read hit the end of the file
 	done   bool  // read to the end (not with follow)
+	// bytes is the file's size at Open; counted is what it added to the
+	// source's read bytes.
+	bytes, counted int64
 }
 
 // Open lists the files, keeps this subtask's share and applies a restored position.
@@ -175,7 +183,43 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 		}
 		sc.Position = s.position(nil)
 	}
+	if !s.cfg.Follow {
+		s.measure()
+	}
 	return nil
+}
+
+// measure takes the size of the subtask's files, and counts what a
+// restore found read, for Progress.
+func (s *source) measure() {
+	size := int64(0)
+	for _, in := range s.files {
+		if st, err := os.Stat(in.name); err == nil {
+			in.bytes = st.Size()
+		}
+		size += in.bytes
+		s.account(in)
+	}
+	s.size.Store(size)
+}
+
+// account adds what was read of in since it was last counted to the
+// source's read bytes: all of it once done, else up to its offset.
+func (s *source) account(in *input) {
+	n := in.offset
+	if in.done {
+		n = max(in.bytes, in.offset)
+	}
+	s.read.Add(n - in.counted)
+	in.counted = n
+}
+
+// Progress returns the bytes read of the subtask's files and their size
+// (pipeline.Progresser); the size is 0 (unknown) with follow or before
+// Open. A file that grew while read counts at most its size at Open.
+func (s *source) Progress() (done, total int64) {
+	total = s.size.Load()
+	return min(s.read.Load(), total), total
 }
 
 // restore applies positions. A file listed in one resumes as its entry
@@ -364,6 +408,7 @@ func (s *source) finish(in *input, b *pipeline.ReadBatch) {
 	b.Split = in.index
 	b.SplitDone = in.done
 	b.Position = s.position(in)
+	s.account(in)
 }
 
 // position encodes where the subtask is, in just read: with follow every

@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-stream/eddy/expr"
@@ -238,6 +239,9 @@ type source struct {
 	prefix   []byte // the subtask's encoded position without Next
 	interval time.Duration
 	due      time.Time // when the next record is due (rate limiting)
+	// done and total are the subtask's counters passed and all it has,
+	// for Progress (another goroutine); total stays 0 without count.
+	done, total atomic.Int64
 }
 
 // Open starts at counter Subtask, or where the restored position says; a
@@ -279,6 +283,10 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 		s.skipEnd = max(s.skipEnd, r.To)
 	}
 	s.prefix = positionPrefix(pos)
+	if s.cfg.Count > 0 {
+		s.total.Store(s.counters(s.cfg.Count))
+		s.done.Store(s.counters(s.next))
+	}
 	if s.cfg.Rate > 0 {
 		s.interval = time.Duration(float64(time.Second) * float64(s.step) / s.cfg.Rate)
 		s.due = time.Now()
@@ -331,6 +339,7 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	}
 	b.Position = withNext(s.prefix, s.next)
 	b.Split = s.split
+	s.done.Store(s.counters(s.next))
 	if s.cfg.Count > 0 && s.next >= s.cfg.Count {
 		b.SplitDone = true
 		return io.EOF
@@ -372,6 +381,21 @@ func (s *source) generate(i int) (map[string]any, error) {
 		fields[f.Name] = v
 	}
 	return fields, nil
+}
+
+// counters returns how many of the subtask's counters are below n: those
+// it passed once its next counter is n. Counters a run at another
+// parallelism generated count as passed.
+func (s *source) counters(n int) int64 {
+	return int64(max(0, (n-s.split+s.step-1)/s.step))
+}
+
+// Progress returns the counters the subtask passed and all it has below
+// count (pipeline.Progresser); total 0 (unknown) without count, or before
+// Open.
+func (s *source) Progress() (done, total int64) {
+	total = s.total.Load()
+	return min(s.done.Load(), total), total
 }
 
 // Close does nothing.

@@ -63,16 +63,16 @@ type SinkConfig struct {
 	// Partitioner picks a keyed record's partition: murmur2 (what the Java
 	// client does), hash (sarama's FNV-1a), round_robin, random, or manual
 	// (the partition expression).
-	Partitioner string `yaml:"partitioner"`
+	Partitioner string `yaml:"partitioner" enum:"murmur2,hash,round_robin,random,manual"`
 	// Partition is the partition expression of partitioner: manual.
 	Partition expr.Expr `yaml:"partition"`
 	// Compression is none, gzip, snappy, lz4 or zstd.
-	Compression string `yaml:"compression"`
+	Compression string `yaml:"compression" enum:"none,gzip,snappy,lz4,zstd"`
 	// format, columns and csv_delimiter of the value.
 	codec.EncodeOptions `yaml:",inline"`
 	// Delivery is exactly_once (transactions; at_least_once when the
 	// pipeline does not checkpoint), at_least_once or none.
-	Delivery string `yaml:"delivery"`
+	Delivery string `yaml:"delivery" enum:"exactly_once,at_least_once,none"`
 	// TransactionalIDPrefix starts every transactional id of the sink;
 	// default: the pipeline's name.
 	TransactionalIDPrefix string `yaml:"transactional_id_prefix"`

@@ -54,7 +54,7 @@ type SourceConfig struct {
 	// StartFrom is where a fresh start (no checkpoint) reads from:
 	// earliest, latest, committed (the group's offsets, earliest where it
 	// has none) or timestamp (start_timestamp).
-	StartFrom string `yaml:"start_from"`
+	StartFrom string `yaml:"start_from" enum:"earliest,latest,committed,timestamp"`
 	// StartTimestamp is the time of start_from: timestamp, epoch ms or RFC
 	// 3339: reading starts at the first record at or after it.
 	StartTimestamp string `yaml:"start_timestamp"`
@@ -64,9 +64,9 @@ type SourceConfig struct {
 	StopAt string `yaml:"stop_at"`
 	// Isolation is read_committed (records of aborted transactions and of
 	// open ones are not read) or read_uncommitted.
-	Isolation string `yaml:"isolation"`
+	Isolation string `yaml:"isolation" enum:"read_committed,read_uncommitted"`
 	// Format is how values decode: json, csv, text or raw.
-	Format codec.Format `yaml:"format"`
+	Format codec.Format `yaml:"format" enum:"json,csv,text,raw"`
 	// CSVDelimiter is the csv field separator.
 	CSVDelimiter string `yaml:"csv_delimiter"`
 	// Columns name the fields of a csv value, in order (csv has no header
