@@ -20,17 +20,36 @@ type plan struct {
 		ID          string `json:"id"`
 		Parallelism int    `json:"parallelism"`
 	} `json:"nodes"`
+	Edges []struct {
+		To string `json:"to"`
+	} `json:"edges"`
 }
 
 // ordered reports whether the pipeline's output order is deterministic:
-// every node runs with parallelism 1.
+// every node runs with parallelism 1 and reads one input.
 func (p plan) ordered() bool {
 	for _, n := range p.Nodes {
 		if n.Parallelism != 1 {
 			return false
 		}
 	}
+	// A step with two inputs (a join, a union) interleaves them as they
+	// arrive.
+	inputs := map[string]int{}
+	for _, e := range p.Edges {
+		if inputs[e.To]++; inputs[e.To] > 1 {
+			return false
+		}
+	}
 	return true
+}
+
+// foldedElsewhere names the example pipelines whose output rows, not only
+// their order, depend on how their inputs interleave (a regular join's
+// changelog), with the test that checks their outputs folded into the
+// final table; TestRunConfigs checks that they run and what they count.
+var foldedElsewhere = map[string]string{
+	"joins_regular": "operators.TestRegularJoinConfig",
 }
 
 func explainPlan(t *testing.T, dir, file string) plan {
@@ -140,6 +159,17 @@ func TestRunConfigs(t *testing.T) {
 			}))
 			require.NotEmpty(t, outputs, "the pipeline wrote nothing")
 
+			if by, ok := foldedElsewhere[name]; ok {
+				lines := 0
+				for _, content := range outputs {
+					lines += strings.Count(content, "\n")
+				}
+				s := summary(t, r.stderr)
+				require.Equal(t, "finished", s.status)
+				require.Equal(t, int64(lines), s.written, "records_written of the summary vs lines written")
+				t.Logf("%s checks the rows of %s", by, rel)
+				return
+			}
 			dir := filepath.Join("testdata", "run", name)
 			if *update {
 				require.NoError(t, os.RemoveAll(dir))
