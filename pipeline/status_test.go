@@ -477,3 +477,50 @@ func TestStatusRestartsAndLastError(t *testing.T) {
 	require.Equal(t, 2, s.Restarts)
 	require.Contains(t, s.LastError, "boom")
 }
+
+// TestStatusSampleAfterABurst: records that arrive shortly after the
+// sample was published (the paced source's first batches are published
+// at the first flush, the rest comes within sinkSamplePeriod), and then
+// nothing more, are published all the same: a sink chained to its source
+// and one behind a channel show the last records of a source that went
+// quiet.
+func TestStatusSampleAfterABurst(t *testing.T) {
+	spec, err := pipeline.Load(testEnv(), "burst.yaml", []byte(`
+version: 1
+name: burst
+sources:
+  - id: nums
+    type: seq
+    count: 1000
+    hold: true
+    pace: true
+steps:
+  - id: p
+    from: nums
+    pass: null
+    rebalance: true
+sinks:
+  - id: chained
+    type: collect
+    from: nums
+  - id: behind
+    type: collect
+    from: p
+`))
+	require.NoError(t, err)
+	for _, s := range spec.Sinks {
+		s.Config.(*collectConfig).c = newCollector()
+	}
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := runInBackground(r)
+	defer func() {
+		require.NoError(t, r.Stop())
+		require.NoError(t, testkit.WaitFor(t, done, "the run to stop"))
+	}()
+	s := waitForStatus(t, r, "the last records in the samples", func(s pipeline.Status) bool {
+		return slices.Equal(sampleNs(t, sample(t, s, "chained")), seqInts(980, 1000)) &&
+			slices.Equal(sampleNs(t, sample(t, s, "behind")), seqInts(980, 1000))
+	})
+	require.Equal(t, "running", s.State, "the source holds: the run goes on")
+}
