@@ -524,3 +524,48 @@ sinks:
 	})
 	require.Equal(t, "running", s.State, "the source holds: the run goes on")
 }
+
+// TestStatusWatermark: each subtask shows its task's watermark and how far
+// it is behind the wall clock, as of the status's now.
+func TestStatusWatermark(t *testing.T) {
+	spec, err := pipeline.Load(testEnv(), "wm.yaml", []byte(`
+version: 1
+name: wm
+runtime:
+  chaining: false
+sources:
+  - id: nums
+    type: seq
+    count: 100
+    hold: true
+    event_time: "n * 1000"
+    watermark:
+      max_out_of_orderness: 0ms
+      interval: 0
+sinks:
+  - id: out
+    type: collect
+`))
+	require.NoError(t, err)
+	spec.Sinks[0].Config.(*collectConfig).c = newCollector()
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	before := r.Status()
+	require.Nil(t, node(t, before, "nums").Subtasks[0].Watermark, "no watermark before the run")
+	done := runInBackground(r)
+	defer func() {
+		require.NoError(t, r.Stop())
+		require.NoError(t, testkit.WaitFor(t, done, "the run to stop"))
+	}()
+	// The newest event time is 99 000: W = 99 000 - 0 - 1.
+	const want = int64(98_999)
+	s := waitForStatus(t, r, "the watermark to reach the sink", func(s pipeline.Status) bool {
+		wm := node(t, s, "out").Subtasks[0].Watermark
+		return wm != nil && *wm == want
+	})
+	for _, id := range []string{"nums", "out"} {
+		st := node(t, s, id).Subtasks[0]
+		require.Equal(t, want, *st.Watermark, id)
+		require.Equal(t, s.Now.UnixMilli()-want, *st.WatermarkLagMS, id)
+	}
+}
