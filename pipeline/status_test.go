@@ -46,10 +46,12 @@ func (s *gateSink) Flush(context.Context) error { return nil }
 func (s *gateSink) Close(context.Context) error { return nil }
 
 // quietSourceConfig makes sources whose Open signals entered (dropped
-// when full) and waits until opened is closed, and that then read nothing
-// until stopped; they report one split.
+// when full) and waits until opened is closed (nil: closed), and that then
+// read a record {"n": i} for each i sent on feed, nothing else, until
+// stopped; they report one split.
 type quietSourceConfig struct {
 	entered, opened chan struct{}
+	feed            chan int
 }
 
 func (c *quietSourceConfig) Validate() error                     { return nil }
@@ -62,6 +64,9 @@ func (s *quietSource) Open(ctx context.Context, _ *pipeline.SourceContext) error
 	case s.cfg.entered <- struct{}{}:
 	default:
 	}
+	if s.cfg.opened == nil {
+		return nil
+	}
 	select {
 	case <-s.cfg.opened:
 		return nil
@@ -69,9 +74,15 @@ func (s *quietSource) Open(ctx context.Context, _ *pipeline.SourceContext) error
 		return ctx.Err()
 	}
 }
-func (s *quietSource) Read(ctx context.Context, _ *pipeline.ReadBatch) error {
-	<-ctx.Done()
-	return ctx.Err()
+func (s *quietSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
+	select {
+	case n := <-s.cfg.feed:
+		b.Records = append(b.Records, pipeline.NewRecord(map[string]any{"n": n}))
+		b.Position = []byte{byte(n)}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 func (s *quietSource) Close(context.Context) error { return nil }
 
@@ -568,4 +579,62 @@ sinks:
 		require.Equal(t, want, *st.Watermark, id)
 		require.Equal(t, s.Now.UnixMilli()-want, *st.WatermarkLagMS, id)
 	}
+}
+
+// TestStatusTransactions: the status counts the transactions the runtime
+// committed once their checkpoint completed, and the open transaction with
+// records that a cancelled job dropped.
+func TestStatusTransactions(t *testing.T) {
+	quiet := &quietSourceConfig{feed: make(chan int)}
+	spec, err := pipeline.Load(statusEnv(&gateSinkConfig{}, quiet), "txn.yaml", []byte(`
+version: 1
+name: txn
+checkpoint:
+  interval: 1h
+sources:
+  - id: q
+    type: quiet
+sinks:
+  - id: out
+    type: txn
+`))
+	require.NoError(t, err)
+	spec.Sinks[0].Config.(*txnConfig).log = newTxnLog()
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := runInBackground(r)
+	sinkIn := func(n int64) func(pipeline.Status) bool {
+		return func(s pipeline.Status) bool { return node(t, s, "out").Subtasks[0].RecordsIn == n }
+	}
+	feed := func(from, to int) {
+		for i := from; i < to; i++ {
+			testkit.WaitFor(t, sendOn(quiet.feed, i), "the source to read")
+		}
+	}
+
+	feed(0, 10)
+	waitForStatus(t, r, "10 records at the sink", sinkIn(10))
+	_, err = r.TriggerSavepoint(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	s := waitForStatus(t, r, "the savepoint's transaction to be committed", func(s pipeline.Status) bool {
+		return s.Transactions.Commits == 1
+	})
+	require.Zero(t, s.Transactions.Aborts)
+	feed(10, 15)
+	waitForStatus(t, r, "5 more records at the sink", sinkIn(15))
+	r.Cancel()
+	require.Error(t, testkit.WaitFor(t, done, "the run to end"))
+	require.Equal(t, pipeline.TransactionStatus{Commits: 1, Aborts: 1}, r.Status().Transactions,
+		"the 5 records after the savepoint were in the transaction the cancel dropped")
+}
+
+// sendOn sends v on ch from a goroutine; the channel it returns is closed
+// once v was taken.
+func sendOn[T any](ch chan<- T, v T) <-chan struct{} {
+	sent := make(chan struct{})
+	go func() {
+		ch <- v
+		close(sent)
+	}()
+	return sent
 }
