@@ -163,8 +163,9 @@ type TransactionStatus struct {
 	// Commits counts the pre-committed transactions the runtime committed
 	// once their checkpoint completed.
 	Commits int64 `json:"commits"`
-	// Aborts counts the open transactions a failed or cancelled job
-	// dropped (the sink aborts them; their records are read again).
+	// Aborts counts the open transactions with records that a failed or
+	// cancelled job dropped (the sink aborts them; their records are read
+	// again), of sinks that pre-committed a transaction before.
 	Aborts int64 `json:"aborts"`
 }
 
