@@ -311,11 +311,14 @@ func (j *windowJoin) addSession(side int, r *pipeline.Record, ts int64) error {
 		}
 	}
 	if fired {
+		// The target, the earliest, may not be marked: after a restore
+		// (the watermark starts over) a new session can open before one
+		// that fired.
 		j.fired.Put(key, ns, true)
-		j.timers.RegisterEventTimer(key, ns, satAdd(merged.End-1, j.plan.lateness))
 	}
-	// An unfired target's timer is due at or before its end - 1, which
-	// comes no later than the merged session's: it re-arms itself.
+	// The target's timer re-arms itself: it is due at or before the
+	// target's end - 1 (its purge, if it fired), no later than the merged
+	// session's purge.
 	if touches > 1 || merged != t {
 		j.work.E = j.work.E[:0]
 		for i, e := range live {
