@@ -2,8 +2,13 @@ package operators
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -491,4 +496,111 @@ func stateAndTimers(t *testing.T, b statestore.Backend, id string) int {
 	}
 	ts := b.TimerService(id)
 	return n + ts.Len(statestore.EventTime) + ts.Len(statestore.ProcessingTime)
+}
+
+// joinOp is a join operator opened on its own memory backend, with
+// collectors for its output, late output and dead letters.
+type joinOp struct {
+	op              pipeline.Operator
+	out, late, dead *collector
+}
+
+// openJoin opens the operator of the step with id id of the pipeline
+// text, under the step's on_error.
+func openJoin(t *testing.T, text, id string) *joinOp {
+	spec, err := pipeline.Load(testEnv(), "t.yaml", []byte(text))
+	require.NoError(t, err)
+	var step *pipeline.StepSpec
+	for _, s := range spec.Steps {
+		if s.ID == id {
+			step = s
+		}
+	}
+	require.NotNil(t, step)
+	op, err := step.Config.NewOperator()
+	require.NoError(t, err)
+	j := &joinOp{op: op, out: &collector{}, late: &collector{}, dead: &collector{}}
+	info := pipeline.SubtaskInfo{ID: id, Parallelism: 1, MaxParallelism: 128, Logger: slog.Default(), Metrics: pipeline.NewMetrics()}
+	oc := &pipeline.OperatorContext{SubtaskInfo: info, Errors: pipeline.NewErrorHandler(info, step.OnError, j.dead),
+		Side: func(string) pipeline.Emitter { return j.late }}
+	require.NoError(t, op.Open(context.Background(), oc))
+	t.Cleanup(func() { require.NoError(t, op.Close()) })
+	return j
+}
+
+// input feeds records of side, each keyed by its field key.
+func (j *joinOp) input(t *testing.T, side int, key string, ts []int64, recs ...map[string]any) error {
+	batch := make([]pipeline.Record, len(recs))
+	for i, f := range recs {
+		k, err := pipeline.EncodeKey(nil, f[key])
+		require.NoError(t, err)
+		batch[i] = pipeline.Record{Fields: f, Time: ts[i], Key: string(k)}
+	}
+	return j.op.(pipeline.MultiInputOperator).ProcessInput(side, batch, j.out)
+}
+
+// The example of docs/joins.md's window join section loads, and the
+// records of its table give the rows the page shows, at time 9,999.
+func TestWindowJoinDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/joins.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "\n## Window join\n")
+	require.True(t, ok)
+	section, _, _ = strings.Cut(section, "\n## ")
+	blocks := yamlBlock.FindAllStringSubmatch(section, -1)
+	require.Len(t, blocks, 1)
+	j := openJoin(t, "version: 1\nname: t\nsources:\n  - id: bids\n    type: test\n  - id: auctions\n    type: test\n"+
+		blocks[0][1]+"sinks:\n  - id: out\n    type: test\n", "bid_auction")
+	require.NoError(t, j.input(t, sideLeft, "auction", []int64{1000, 9999},
+		map[string]any{"auction": int64(7), "price": int64(12)}, map[string]any{"auction": int64(7), "price": int64(15)}))
+	require.NoError(t, j.input(t, sideRight, "id", []int64{4000, 10000},
+		map[string]any{"id": int64(7), "seller": "ann"}, map[string]any{"id": int64(7), "seller": "bob"}))
+	require.NoError(t, j.op.(pipeline.WatermarkHandler).OnWatermark(9999, j.out))
+	var got []string
+	for _, r := range j.out.records {
+		require.Equal(t, int64(9999), r.Time)
+		b, err := json.Marshal(r.Fields)
+		require.NoError(t, err)
+		got = append(got, string(b))
+	}
+	want := regexp.MustCompile("(?s)```json\n(.*?)```").FindStringSubmatch(section)
+	require.NotNil(t, want)
+	require.ElementsMatch(t, strings.Split(strings.TrimSpace(want[1]), "\n"), got)
+}
+
+// windowJoinStep is a tumbling window join of in with itself on k whose
+// select divides by left.d, with the given on_error.
+func windowJoinStep(onError string) string {
+	return header + stepYAML("join:\n      left: in\n      right: in\n      on: {left: k, right: k}\n"+
+		"      window: {type: tumbling, size: 10s}\n      select: {q: right.v / left.d}\n    on_error: "+onError) +
+		"sinks:\n  - id: out\n    type: test\n  - id: dead\n    type: test\n    from: s.errors\n"
+}
+
+// A row whose select fails goes to the dead letters as the record
+// {left, right} of its pair; the window's other rows are emitted.
+func TestWindowJoinDeadLetter(t *testing.T) {
+	j := openJoin(t, windowJoinStep("dead_letter"), "s")
+	require.NoError(t, j.input(t, sideLeft, "k", []int64{1000, 2000},
+		map[string]any{"k": "a", "d": int64(0)}, map[string]any{"k": "a", "d": int64(2)}))
+	require.NoError(t, j.input(t, sideRight, "k", []int64{3000}, map[string]any{"k": "a", "v": int64(10)}))
+	require.NoError(t, j.op.(pipeline.WatermarkHandler).OnWatermark(9999, j.out))
+	require.Len(t, j.out.records, 1)
+	require.Equal(t, map[string]any{"q": 5.0}, j.out.records[0].Fields)
+	require.Len(t, j.dead.records, 1)
+	require.Equal(t, map[string]any{"left": map[string]any{"k": "a", "d": int64(0)}, "right": map[string]any{"k": "a", "v": int64(10)}},
+		j.dead.records[0].Fields["record"])
+	require.Contains(t, j.dead.records[0].Fields["error"], `join field "q": expression "right.v / left.d"`)
+}
+
+// Under on_error: fail, a row whose select fails fails the watermark's
+// call; the rows before it are emitted first.
+func TestWindowJoinFail(t *testing.T) {
+	j := openJoin(t, windowJoinStep("fail"), "s")
+	require.NoError(t, j.input(t, sideLeft, "k", []int64{1000, 2000},
+		map[string]any{"k": "a", "d": int64(2)}, map[string]any{"k": "a", "d": int64(0)}))
+	require.NoError(t, j.input(t, sideRight, "k", []int64{3000}, map[string]any{"k": "a", "v": int64(10)}))
+	err := j.op.(pipeline.WatermarkHandler).OnWatermark(9999, j.out)
+	require.ErrorIs(t, err, pipeline.ErrRecordFailed)
+	require.Len(t, j.out.records, 1)
+	require.Equal(t, map[string]any{"q": 5.0}, j.out.records[0].Fields)
 }
