@@ -249,11 +249,10 @@ func (j *windowJoin) addSession(side int, r *pipeline.Record, ts int64) error {
 	key := r.Key
 	start, end := ts, satAdd(ts, j.win.gap)
 	live := j.getSessions(key)
-	target, touches := -1, 0
+	target := -1
 	merged := sessionEntry{Start: start, End: end}
 	for i, e := range live {
 		if e.Start <= end && e.End >= start {
-			touches++
 			if target < 0 || e.Start < live[target].Start {
 				target = i
 			}
@@ -319,7 +318,7 @@ func (j *windowJoin) addSession(side int, r *pipeline.Record, ts int64) error {
 	// The target's timer re-arms itself: it is due at or before the
 	// target's end - 1 (its purge, if it fired), no later than the merged
 	// session's purge.
-	if touches > 1 || merged != t {
+	if len(j.sources) > 0 || merged != t {
 		j.work.E = j.work.E[:0]
 		for i, e := range live {
 			switch {

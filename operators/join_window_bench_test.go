@@ -10,21 +10,29 @@ import (
 
 // BenchmarkWindowJoin drives an inner window join of 10s tumbling windows
 // directly: 10,000 keys, batches of 1,024 records alternately of the left
-// and the right side, event time in order at perKeySec records per key and
-// second (both sides together), and a watermark after every batch
-// (bounded out-of-orderness 1s). At 1 per key and second a key's window
-// holds 5 records of each side: 25 rows per 10 records; at 10, 50 of each:
-// 2,500 rows per 100. It reports events/s and rows/s.
+// and the right side, event time in order at perWindow records per key and
+// window (both sides together), and a watermark after every batch
+// (bounded out-of-orderness 1s). At 10 per key and window a key's window
+// holds about 5 records of each side: 25 rows per 10 records; at 2 its
+// two records are of both sides about half the time (one row per 4
+// records), and the cost of holding records and timers shows. The rows are built by a
+// select of three fields, or, in the no_select runs, by merging the two
+// records' fields. It reports events/s and rows/s.
 func BenchmarkWindowJoin(b *testing.B) {
-	for _, perKeySec := range []int{1, 10} {
-		b.Run(fmt.Sprintf("%d_per_key_s", perKeySec), func(b *testing.B) { benchWindowJoin(b, perKeySec) })
+	for _, perWindow := range []int{10, 2} {
+		for _, sel := range []string{"select", "no_select"} {
+			b.Run(fmt.Sprintf("%d_per_key_window/%s", perWindow, sel), func(b *testing.B) { benchWindowJoin(b, perWindow, sel == "select") })
+		}
 	}
 }
 
-func benchWindowJoin(b *testing.B, perKeySec int) {
-	const keys = 10000
-	op, _ := openWindowBench(b, "join:\n      left: in\n      right: in\n      on: {left: id, right: id}\n"+
-		"      window: {type: tumbling, size: 10s}\n      select: {id: left.id, l: left.v, r: right.v}")
+func benchWindowJoin(b *testing.B, perWindow int, sel bool) {
+	const keys, window = 10000, 10000
+	step := "join:\n      left: in\n      right: in\n      on: {left: id, right: id}\n      window: {type: tumbling, size: 10s}"
+	if sel {
+		step += "\n      select: {id: left.id, l: left.v, r: right.v}"
+	}
+	op, _ := openWindowBench(b, step)
 	join := op.(pipeline.MultiInputOperator)
 	wmh := op.(pipeline.WatermarkHandler)
 	// One record per key, reused: the join holds their fields, never
@@ -45,14 +53,14 @@ func benchWindowJoin(b *testing.B, perKeySec int) {
 	for b.Loop() {
 		for j := range batch {
 			batch[j] = pristine[i%keys]
-			batch[j].Time = int64(i * 1000 / (keys * perKeySec))
+			batch[j].Time = int64(i * window / (keys * perWindow))
 			i++
 		}
 		if err := join.ProcessInput(side, batch, count); err != nil {
 			b.Fatal(err)
 		}
 		side = 1 - side
-		if err := wmh.OnWatermark(int64(i*1000/(keys*perKeySec))-1000-1, count); err != nil {
+		if err := wmh.OnWatermark(int64(i*window/(keys*perWindow))-1000-1, count); err != nil {
 			b.Fatal(err)
 		}
 	}
