@@ -53,7 +53,7 @@ func TestWindowJoinProperty(t *testing.T) {
 				ref.do(a)
 				rows := run.do(a)
 				if c.lateness == 0 {
-					require.Equal(t, sortedRows(ref.rows[before:]), sortedRows(rows), "action %d: %+v", i, a)
+					require.Equal(t, wjSortedRows(ref.rows[before:]), wjSortedRows(rows), "action %d: %+v", i, a)
 				}
 			}
 			run.checkEnd(ref, c.kind != kindSession || c.lateness == 0)
@@ -234,9 +234,9 @@ type wjRow struct {
 	t          int64
 }
 
-// sortedRows returns a sorted copy of rows (nil for none), to compare
+// wjSortedRows returns a sorted copy of rows (nil for none), to compare
 // multisets.
-func sortedRows(rows []wjRow) []wjRow {
+func wjSortedRows(rows []wjRow) []wjRow {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -440,9 +440,9 @@ func (w *wjRun) do(a wjAction) []wjRow {
 func (w *wjRun) checkEnd(ref *wjRef, exact bool) {
 	t := w.t
 	if exact {
-		require.Equal(t, sortedRows(ref.rows), sortedRows(w.rows))
+		require.Equal(t, wjSortedRows(ref.rows), wjSortedRows(w.rows))
 	} else {
-		requireRowsWithin(t, ref.rows, w.rows)
+		wjRequireRowsWithin(t, ref.rows, w.rows)
 	}
 	if w.c.lateOutput {
 		require.ElementsMatch(t, ref.late, w.late)
@@ -450,13 +450,13 @@ func (w *wjRun) checkEnd(ref *wjRef, exact bool) {
 		require.Empty(t, w.late)
 		require.Equal(t, float64(len(ref.late)), w.dropped+pipeline.CounterValue(w.p.metrics.LateDropped(w.p.info)))
 	}
-	require.Zero(t, stateAndTimers(t, w.p.backend, "s"), "state left after the final watermark")
+	require.Zero(t, wjStateAndTimers(t, w.p.backend, "s"), "state left after the final watermark")
 }
 
-// requireRowsWithin checks that got has the rows of want, each pair once,
+// wjRequireRowsWithin checks that got has the rows of want, each pair once,
 // where a pair of got may carry bounds within want's; padded rows are
 // exact.
-func requireRowsWithin(t *testing.T, want, got []wjRow) {
+func wjRequireRowsWithin(t *testing.T, want, got []wjRow) {
 	type pair struct{ l, r string }
 	byPair := map[pair]wjRow{}
 	for _, r := range want {
@@ -478,9 +478,9 @@ func requireRowsWithin(t *testing.T, want, got []wjRow) {
 	}
 }
 
-// stateAndTimers counts the (key, namespace) entries of every state of b
+// wjStateAndTimers counts the (key, namespace) entries of every state of b
 // and the timers of the service named id.
-func stateAndTimers(t *testing.T, b statestore.Backend, id string) int {
+func wjStateAndTimers(t *testing.T, b statestore.Backend, id string) int {
 	n := 0
 	for _, name := range b.StateNames() {
 		st, err := b.State(name)
@@ -498,16 +498,16 @@ func stateAndTimers(t *testing.T, b statestore.Backend, id string) int {
 	return n + ts.Len(statestore.EventTime) + ts.Len(statestore.ProcessingTime)
 }
 
-// joinOp is a join operator opened on its own memory backend, with
+// wjOp is a join operator opened on its own memory backend, with
 // collectors for its output, late output and dead letters.
-type joinOp struct {
+type wjOp struct {
 	op              pipeline.Operator
 	out, late, dead *collector
 }
 
-// openJoin opens the operator of the step with id id of the pipeline
+// openWJ opens the operator of the step with id id of the pipeline
 // text, under the step's on_error.
-func openJoin(t *testing.T, text, id string) *joinOp {
+func openWJ(t *testing.T, text, id string) *wjOp {
 	spec, err := pipeline.Load(testEnv(), "t.yaml", []byte(text))
 	require.NoError(t, err)
 	var step *pipeline.StepSpec
@@ -519,7 +519,7 @@ func openJoin(t *testing.T, text, id string) *joinOp {
 	require.NotNil(t, step)
 	op, err := step.Config.NewOperator()
 	require.NoError(t, err)
-	j := &joinOp{op: op, out: &collector{}, late: &collector{}, dead: &collector{}}
+	j := &wjOp{op: op, out: &collector{}, late: &collector{}, dead: &collector{}}
 	info := pipeline.SubtaskInfo{ID: id, Parallelism: 1, MaxParallelism: 128, Logger: slog.Default(), Metrics: pipeline.NewMetrics()}
 	oc := &pipeline.OperatorContext{SubtaskInfo: info, Errors: pipeline.NewErrorHandler(info, step.OnError, j.dead),
 		Side: func(string) pipeline.Emitter { return j.late }}
@@ -529,7 +529,7 @@ func openJoin(t *testing.T, text, id string) *joinOp {
 }
 
 // input feeds records of side, each keyed by its field key.
-func (j *joinOp) input(t *testing.T, side int, key string, ts []int64, recs ...map[string]any) error {
+func (j *wjOp) input(t *testing.T, side int, key string, ts []int64, recs ...map[string]any) error {
 	batch := make([]pipeline.Record, len(recs))
 	for i, f := range recs {
 		k, err := pipeline.EncodeKey(nil, f[key])
@@ -549,7 +549,7 @@ func TestWindowJoinDocExample(t *testing.T) {
 	section, _, _ = strings.Cut(section, "\n## ")
 	blocks := yamlBlock.FindAllStringSubmatch(section, -1)
 	require.Len(t, blocks, 1)
-	j := openJoin(t, "version: 1\nname: t\nsources:\n  - id: bids\n    type: test\n  - id: auctions\n    type: test\n"+
+	j := openWJ(t, "version: 1\nname: t\nsources:\n  - id: bids\n    type: test\n  - id: auctions\n    type: test\n"+
 		blocks[0][1]+"sinks:\n  - id: out\n    type: test\n", "bid_auction")
 	require.NoError(t, j.input(t, sideLeft, "auction", []int64{1000, 9999},
 		map[string]any{"auction": int64(7), "price": int64(12)}, map[string]any{"auction": int64(7), "price": int64(15)}))
@@ -568,9 +568,9 @@ func TestWindowJoinDocExample(t *testing.T) {
 	require.ElementsMatch(t, strings.Split(strings.TrimSpace(want[1]), "\n"), got)
 }
 
-// windowJoinStep is a tumbling window join of in with itself on k whose
+// wjStep is a tumbling window join of in with itself on k whose
 // select divides by left.d, with the given on_error.
-func windowJoinStep(onError string) string {
+func wjStep(onError string) string {
 	return header + stepYAML("join:\n      left: in\n      right: in\n      on: {left: k, right: k}\n"+
 		"      window: {type: tumbling, size: 10s}\n      select: {q: right.v / left.d}\n    on_error: "+onError) +
 		"sinks:\n  - id: out\n    type: test\n  - id: dead\n    type: test\n    from: s.errors\n"
@@ -579,7 +579,7 @@ func windowJoinStep(onError string) string {
 // A row whose select fails goes to the dead letters as the record
 // {left, right} of its pair; the window's other rows are emitted.
 func TestWindowJoinDeadLetter(t *testing.T) {
-	j := openJoin(t, windowJoinStep("dead_letter"), "s")
+	j := openWJ(t, wjStep("dead_letter"), "s")
 	require.NoError(t, j.input(t, sideLeft, "k", []int64{1000, 2000},
 		map[string]any{"k": "a", "d": int64(0)}, map[string]any{"k": "a", "d": int64(2)}))
 	require.NoError(t, j.input(t, sideRight, "k", []int64{3000}, map[string]any{"k": "a", "v": int64(10)}))
@@ -595,7 +595,7 @@ func TestWindowJoinDeadLetter(t *testing.T) {
 // Under on_error: fail, a row whose select fails fails the watermark's
 // call; the rows before it are emitted first.
 func TestWindowJoinFail(t *testing.T) {
-	j := openJoin(t, windowJoinStep("fail"), "s")
+	j := openWJ(t, wjStep("fail"), "s")
 	require.NoError(t, j.input(t, sideLeft, "k", []int64{1000, 2000},
 		map[string]any{"k": "a", "d": int64(2)}, map[string]any{"k": "a", "d": int64(0)}))
 	require.NoError(t, j.input(t, sideRight, "k", []int64{3000}, map[string]any{"k": "a", "v": int64(10)}))
