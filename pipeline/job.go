@@ -407,6 +407,7 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		name: fmt.Sprintf("%s[%d/%d]", c.Name(), sub, c.Parallelism),
 	}
 	t.logger = j.opts.Logger.With("task", t.name)
+	t.stats = j.opts.Metrics.taskStats(SubtaskInfo{ID: c.Head().ID, Subtask: sub})
 	// Inputs of the head, in edge order then sender order, then those of
 	// the edges' dead letters.
 	addInputs := func(e *Edge, deadLetters bool) {
@@ -452,11 +453,11 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 			}
 			var deadLetters Emitter
 			if d := e.DeadLetters; d != nil {
-				dw := newWriter(d, d.receivers(sub, chans[d][sub]), spec.Runtime.BatchSize, s.info, j.cancel, nil)
+				dw := newWriter(d, d.receivers(sub, chans[d][sub]), spec.Runtime.BatchSize, s.info, j.cancel, t.stats, nil)
 				t.writers = append(t.writers, dw)
 				deadLetters = dw
 			}
-			w := newWriter(e, e.receivers(sub, chans[e][sub]), spec.Runtime.BatchSize, s.info, j.cancel, deadLetters)
+			w := newWriter(e, e.receivers(sub, chans[e][sub]), spec.Runtime.BatchSize, s.info, j.cancel, t.stats, deadLetters)
 			t.writers = append(t.writers, w)
 			streams[e.Side] = append(streams[e.Side], w)
 		}

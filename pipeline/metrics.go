@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +49,13 @@ type Metrics struct {
 	syncTime   *prometheus.GaugeVec
 	// history is the recent checkpoints (CheckpointStats).
 	history checkpointHistory
+
+	// tasks are the live numbers of each task subtask, by its head's id
+	// and subtask: they outlive the job, as the counters do.
+	tasksMu sync.Mutex
+	tasks   map[seriesKey]*taskStats
+	// taskTime describes eddy_task_*_seconds_total, by phase.
+	taskTime [phaseCount]*prometheus.Desc
 }
 
 // NewMetrics returns a registry with eddy's series registered.
@@ -116,6 +126,11 @@ func NewMetrics() *Metrics {
 		"Of the newest checkpoint a task took: from its first barrier to its last (next to 0 with one input).")
 	m.syncTime = taskGauge("eddy_checkpoint_sync_seconds",
 		"Of the newest checkpoint a task took: its synchronous part (sinks flushed and pre-committed, state captured, barrier forwarded).")
+	for p, name := range taskTimeMetrics {
+		if name != "" {
+			m.taskTime[p] = prometheus.NewDesc(name, taskTimeHelp[p], labels, nil)
+		}
+	}
 	m.Registry.MustRegister(m.collectors()...)
 	return m
 }
@@ -125,7 +140,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.runtime, m.process,
 		m.recordsIn, m.recordsOut, m.written, m.invalidUTF8, m.recordErrors, m.lateDropped, m.windowsFired, m.watermark, m.pending,
 		m.checkpoints, m.checkpointDuration, m.checkpointsInFlight, m.lastCheckpointID, m.lastCheckpointTime,
-		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime}
+		m.lastCheckpointBytes, m.restarts, m.restoredID, m.startDelay, m.alignment, m.syncTime, taskTimeCollector{m}}
 }
 
 // TaskCheckpointGauges describe the newest checkpoint a task took.
@@ -264,4 +279,136 @@ func CounterValue(c prometheus.Counter) float64 {
 		return 0
 	}
 	return m.GetCounter().GetValue()
+}
+
+// seriesKey identifies the series of one subtask: its id label (a node's
+// id; of a task, its head's) and subtask.
+type seriesKey struct {
+	id      string
+	subtask int
+}
+
+// taskPhase is what a task subtask spends its time on (Flink's busy,
+// backpressured and idle time).
+type taskPhase int
+
+const (
+	// phaseEnded: no job runs the task (before its start, after its end).
+	phaseEnded taskPhase = iota
+	// phaseBusy: the task processes input, or anything else that is not
+	// waiting.
+	phaseBusy
+	// phaseBackpressured: the task is blocked sending a batch to a full
+	// channel: a receiver is behind.
+	phaseBackpressured
+	// phaseIdle: the task waits for input (its mailbox, timers included).
+	phaseIdle
+	phaseCount
+)
+
+var taskPhases = []string{"ended", "busy", "backpressured", "idle"}
+
+func (p taskPhase) String() string { return nameOf(p, taskPhases, "taskPhase") }
+
+// The series of the time a task subtask spent by phase, labelled by the
+// task's head id and subtask.
+var (
+	taskTimeMetrics = [phaseCount]string{
+		phaseBusy:          "eddy_task_busy_seconds_total",
+		phaseBackpressured: "eddy_task_backpressured_seconds_total",
+		phaseIdle:          "eddy_task_idle_seconds_total",
+	}
+	taskTimeHelp = [phaseCount]string{
+		phaseBusy: "Time a task subtask spent processing (neither waiting for input nor blocked on output); " +
+			"labelled by the task's first step.",
+		phaseBackpressured: "Time a task subtask spent blocked sending to a full channel (a receiver was behind: backpressure); " +
+			"labelled by the task's first step.",
+		phaseIdle: "Time a task subtask spent waiting for input; labelled by the task's first step.",
+	}
+)
+
+// taskStats are the live numbers of one task subtask that the status and
+// the task time series read from other goroutines: the time it spent by
+// phase, the phase it is in, and its watermark. The task goroutine updates
+// them per batch, not per record, and the writer only when a send blocks.
+type taskStats struct {
+	mu    sync.Mutex
+	phase taskPhase
+	since time.Time // when phase began
+	spent [phaseCount]time.Duration
+	// wm is the task's current watermark (MinWatermark before the first).
+	wm atomic.Int64
+}
+
+// taskStats returns the live numbers of the task whose head is info's
+// node, on info's subtask: the same ones across the job's restarts.
+func (m *Metrics) taskStats(info SubtaskInfo) *taskStats {
+	m.tasksMu.Lock()
+	defer m.tasksMu.Unlock()
+	if m.tasks == nil {
+		m.tasks = map[seriesKey]*taskStats{}
+	}
+	k := seriesKey{info.ID, info.Subtask}
+	ts := m.tasks[k]
+	if ts == nil {
+		ts = &taskStats{}
+		ts.wm.Store(MinWatermark)
+		m.tasks[k] = ts
+	}
+	return ts
+}
+
+// enter ends the current phase at now, counting its time, and begins p.
+func (ts *taskStats) enter(p taskPhase, now time.Time) {
+	ts.mu.Lock()
+	if ts.phase != phaseEnded {
+		ts.spent[ts.phase] += now.Sub(ts.since)
+	}
+	ts.phase, ts.since = p, now
+	ts.mu.Unlock()
+}
+
+// read returns the time spent by phase as of now, the current phase's
+// included, and the current phase. Safe from any goroutine; the times never
+// decrease.
+func (ts *taskStats) read(now time.Time) (spent [phaseCount]time.Duration, phase taskPhase) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	spent, phase = ts.spent, ts.phase
+	if phase != phaseEnded && now.After(ts.since) {
+		spent[phase] += now.Sub(ts.since)
+	}
+	return spent, phase
+}
+
+// taskTimeCollector exports the time of every task subtask by phase.
+type taskTimeCollector struct{ m *Metrics }
+
+// Describe sends the descriptors of the task time series.
+func (c taskTimeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.m.taskTime {
+		if d != nil {
+			ch <- d
+		}
+	}
+}
+
+// Collect sends every task subtask's time by phase as of now.
+func (c taskTimeCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for k, ts := range c.m.taskStatsAll() {
+		spent, _ := ts.read(now)
+		for p, d := range c.m.taskTime {
+			if d != nil {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, spent[p].Seconds(), k.id, strconv.Itoa(k.subtask))
+			}
+		}
+	}
+}
+
+// taskStatsAll returns a copy of the task subtasks' live numbers by key.
+func (m *Metrics) taskStatsAll() map[seriesKey]*taskStats {
+	m.tasksMu.Lock()
+	defer m.tasksMu.Unlock()
+	return maps.Clone(m.tasks)
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/eddy-stream/eddy/expr"
 )
@@ -19,6 +20,9 @@ type writer struct {
 	rr        int
 	// done is closed when the job is cancelled; a blocked send gives up.
 	done <-chan struct{}
+	// stats are the sending task's: the time a send blocks counts as
+	// backpressured.
+	stats *taskStats
 
 	// Hash edges only.
 	vm      expr.VM
@@ -31,8 +35,9 @@ type writer struct {
 // newWriter returns the writer of edge e on subtask sender into chans, the
 // channels to the receivers it addresses. deadLetters is the writer of
 // e.DeadLetters, or nil.
-func newWriter(e *Edge, chans []chan Batch, batchSize int, sender SubtaskInfo, done <-chan struct{}, deadLetters Emitter) *writer {
-	w := &writer{edge: e, chans: chans, bufs: make([][]Record, len(chans)), batchSize: batchSize, maxPar: sender.MaxParallelism, done: done}
+func newWriter(e *Edge, chans []chan Batch, batchSize int, sender SubtaskInfo, done <-chan struct{}, stats *taskStats, deadLetters Emitter) *writer {
+	w := &writer{edge: e, chans: chans, bufs: make([][]Record, len(chans)), batchSize: batchSize, maxPar: sender.MaxParallelism,
+		done: done, stats: stats}
 	if e.Partition == Hash {
 		// Key failures follow the on_error policy of the key_by step. Its
 		// dead letters travel over their own edge to the step's subtask 0,
@@ -139,6 +144,15 @@ func (w *writer) send(i int, ctl *Control) error {
 	if b.Records == nil && ctl == nil {
 		return nil
 	}
+	select {
+	case w.chans[i] <- b:
+		return nil
+	default:
+	}
+	// The channel is full: the receiver is behind. Only this wait is
+	// timed, so a send that does not block costs no clock reading.
+	w.stats.enter(phaseBackpressured, time.Now())
+	defer func() { w.stats.enter(phaseBusy, time.Now()) }()
 	select {
 	case w.chans[i] <- b:
 		return nil

@@ -71,6 +71,9 @@ type task struct {
 	head    *stage
 	writers []*writer
 	mailbox chan mail
+	// stats are the task's live numbers: its time by phase and its
+	// watermark (Runner.Status, eddy_task_*_seconds_total).
+	stats *taskStats
 
 	wm      int64
 	wmGauge prometheus.Gauge
@@ -111,6 +114,9 @@ type task struct {
 }
 
 func (t *task) run(ctx context.Context) (err error) {
+	t.stats.wm.Store(MinWatermark)
+	t.stats.enter(phaseBusy, time.Now())
+	defer func() { t.stats.enter(phaseEnded, time.Now()) }()
 	t.wm = MinWatermark
 	t.wmGauge = t.job.opts.Metrics.Watermark(t.head.info)
 	t.cpGauges = t.job.opts.Metrics.TaskCheckpoint(t.head.info)
@@ -217,6 +223,7 @@ func (t *task) advance(wm int64) error {
 		return nil
 	}
 	t.wm = wm
+	t.stats.wm.Store(wm)
 	t.idle = false
 	for _, s := range t.stages {
 		if s.wmh != nil {
@@ -435,8 +442,10 @@ func (t *task) awaitFinal(ctx context.Context) error {
 		return nil
 	}
 	for {
+		t.waiting()
 		select {
 		case m := <-t.mailbox:
+			t.busy()
 			done, err := t.onMail(ctx, m)
 			if err != nil || done {
 				return err
@@ -542,8 +551,12 @@ func (t *task) runSource(ctx context.Context) error {
 	}
 	t.srcErrs = NewErrorHandler(t.head.info, src.OnError, t.head.side(ErrorsStream))
 	for {
+		// Waiting here is idle time: for the reader's next batch, the
+		// mailbox or a timer.
+		t.waiting()
 		select {
 		case rb, ok := <-batches:
+			t.busy()
 			if !ok {
 				if err := t.endSource(ctx, readErr, stopping); err != nil {
 					return err
@@ -575,11 +588,13 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			t.armFlush()
 		case now := <-tick:
+			t.busy()
 			if err := t.emitWatermark(now); err != nil {
 				return err
 			}
 			t.armFlush()
 		case m := <-t.mailbox:
+			t.busy()
 			if m.barrier != nil {
 				if err := t.checkpoint(ctx, *m.barrier, time.Time{}); err != nil {
 					return err
@@ -593,16 +608,19 @@ func (t *task) runSource(ctx context.Context) error {
 				return err
 			}
 		case <-t.flush.C:
+			t.busy()
 			t.armed = false
 			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
 		case <-t.wake.C:
+			t.busy()
 			if err := t.onWake(); err != nil {
 				return err
 			}
 			t.armFlush()
 		case <-stop:
+			t.busy()
 			// Stop reading; what the reader already read still drains.
 			stopping, stop = true, nil
 			stopReading()
@@ -730,7 +748,9 @@ func (t *task) runInputs(ctx context.Context) error {
 	}
 	rebuild()
 	for {
+		t.waiting()
 		chosen, v, _ := reflect.Select(cases)
+		t.busy()
 		switch chosen {
 		case 0:
 			m := v.Interface().(mail)
@@ -943,6 +963,13 @@ func (t *task) stateErr() error {
 	}
 	return nil
 }
+
+// waiting begins the task's idle time: it waits for input, its mailbox or
+// a timer.
+func (t *task) waiting() { t.stats.enter(phaseIdle, time.Now()) }
+
+// busy ends the task's idle time: it handles what it waited for.
+func (t *task) busy() { t.stats.enter(phaseBusy, time.Now()) }
 
 // markIdle tells the receivers that this task carries nothing for a while.
 func (t *task) markIdle() error {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,30 @@ type source struct {
 
 	// Task goroutine: the offsets committed to group_id last.
 	committed map[topicPartition]int64
+
+	// splits is what SplitStatus reports, by split: the Read goroutine (and
+	// Open) write it once per batch, the run's status reads it from other
+	// goroutines. now is the clock of its idleness (time.Now; tests set
+	// it), idleAfter how long a partition that delivers nothing takes to
+	// count as idle.
+	splitsMu  sync.Mutex
+	splits    []splitState
+	now       func() time.Time
+	idleAfter time.Duration
+}
+
+// splitIdleAfter is how long a partition delivers nothing before its
+// status says idle.
+const splitIdleAfter = 10 * time.Second
+
+// splitState is where a partition stands, as SplitStatus reports it.
+type splitState struct {
+	name      string
+	next, hwm int64
+	done      bool
+	// last is when the partition last delivered records, or when the
+	// subtask started reading it.
+	last time.Time
 }
 
 // partition is one partition the subtask reads: a split.
@@ -113,6 +138,12 @@ func (s *source) Open(ctx context.Context, sc *pipeline.SourceContext) (err erro
 		s.logger = slog.Default()
 	}
 	s.events = make(chan *event, 16)
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.idleAfter == 0 {
+		s.idleAfter = splitIdleAfter
+	}
 	s.fatal = make(chan error, 1)
 	s.stop = make(chan struct{})
 	s.free = make(chan *event, 16)
@@ -406,11 +437,53 @@ func (s *source) resolveStops(parts []*partition, need []topicPartition) error {
 func (s *source) register(p *partition) {
 	p.split = len(s.parts)
 	s.parts = append(s.parts, p)
+	s.splitsMu.Lock()
+	s.splits = append(s.splits, splitState{name: p.topic + "/" + strconv.Itoa(int(p.partition)), last: s.now()})
+	s.splitsMu.Unlock()
+	defer s.noteSplit(p, false)
 	if p.stop != noStop && p.next >= p.stop {
 		p.done = true
 		return
 	}
 	s.remaining++
+}
+
+// noteSplit copies where p stands for SplitStatus; delivered says that it
+// just handed out records (Read goroutine, or Open).
+func (s *source) noteSplit(p *partition, delivered bool) {
+	s.splitsMu.Lock()
+	defer s.splitsMu.Unlock()
+	st := &s.splits[p.split]
+	st.next, st.hwm, st.done = p.next, p.hwm, p.done
+	if delivered {
+		st.last = s.now()
+	}
+}
+
+// SplitStatus reports each partition of the subtask, in split order: the
+// next offset to read, the lag (the high watermark of its newest batch
+// less the next offset; unknown until a batch came, 0 once a bounded
+// partition is done) and whether it is idle: done, or it delivered nothing
+// for splitIdleAfter. Under read_committed the high watermark counts
+// transaction markers too (see updatePending). Safe from any goroutine
+// (pipeline.SplitStatuser).
+func (s *source) SplitStatus() []pipeline.SplitStatus {
+	s.splitsMu.Lock()
+	defer s.splitsMu.Unlock()
+	now := s.now()
+	out := make([]pipeline.SplitStatus, len(s.splits))
+	for i, st := range s.splits {
+		out[i] = pipeline.SplitStatus{Split: i, Name: st.name, Offset: st.next,
+			Idle: st.done || now.Sub(st.last) >= s.idleAfter}
+		switch {
+		case st.done:
+			out[i].Lag = new(int64)
+		case st.hwm > 0:
+			lag := max(st.hwm-st.next, 0)
+			out[i].Lag = &lag
+		}
+	}
+	return out
 }
 
 // encodeTemplate encodes the position of every partition and where each
@@ -481,6 +554,7 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 				s.remaining--
 				b.SplitDone = true
 			}
+			s.noteSplit(p, len(ev.recs)+len(ev.failed) > 0)
 			b.Position = slices.Clone(s.posTmpl)
 			s.recycle(ev)
 			s.updatePending()
