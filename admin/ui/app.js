@@ -19,8 +19,7 @@
 
   // root is the path of the endpoint the page was loaded from ("" at /).
   const root = location.pathname.replace(/\/(index\.html)?$/, "");
-  // base is the path of the pipeline endpoint shown; null when the page
-  // lists the pipelines of `eddy serve`.
+  // base is the path of the endpoint of the pipeline shown.
   let base = root;
   // listMode is set once the endpoint turned out to be `eddy serve`'s.
   let listMode = false;
@@ -169,9 +168,9 @@
 
   // ---- rendering: the plan ----
 
-  const NODE_W = 220;
+  const NODE_W = 232;
   const NODE_H = 104;
-  const COL_GAP = 100;
+  const COL_GAP = 96;
   const ROW_GAP = 44;
   const PAD = 28;
 
@@ -439,10 +438,11 @@
   function renderSavepoints(body) {
     const list = (body && body.savepoints) || [];
     fill($("#savepoint-dir"), body && body.dir ? "in " + body.dir : "");
+    // A file that does not open has no id or time.
     fill($("#savepoints tbody"), ...list.map((sp) =>
       el("tr", {},
-        el("td", { class: "num" }, String(sp.id)),
-        el("td", {}, fmtTime(sp.time)),
+        el("td", { class: "num" }, sp.status === "ok" ? String(sp.id) : "–"),
+        el("td", {}, sp.status === "ok" ? fmtTime(sp.time) : "–"),
         el("td", {}, sp.final ? "final" : ""),
         el("td", { class: "num" }, fmtBytes(sp.size)),
         el("td", { title: sp.error || null }, sp.status),
