@@ -78,7 +78,7 @@ func fakeStatus() pipeline.Status {
 		Pipeline: fakeName, State: "running", Started: &started, UptimeMS: (3600 + 120 + 3) * 1000, Restarts: 2,
 		LastError: `sink "out": <script>alert(1)</script> refused`,
 		Guarantee: "exactly-once", GuaranteeReasons: []string{},
-		Now:       started.Add(time.Hour),
+		Now: started.Add(time.Hour),
 		Nodes: []pipeline.NodeStatus{
 			{ID: "orders", Kind: "source", Type: "kafka", Parallelism: 2, Task: 0, Subtasks: []pipeline.SubtaskStatus{
 				{Subtask: 0, RecordsOut: 90000, RecordsOutPerSecond: 1500, BusyRatio: 0.3, IdleRatio: 0.7, Backpressure: "ok", Phase: "busy",
