@@ -3,8 +3,14 @@
 # eddy container image: a static binary on distroless, running as nonroot.
 #
 #   docker build --build-arg VERSION=v0.1.0 --build-arg COMMIT=$(git rev-parse --short HEAD) -t eddy .
-#   docker run --rm -p 127.0.0.1:9249:9249 -v $PWD/pipeline.yaml:/etc/eddy/pipeline.yaml:ro eddy
-#   docker run --rm -e EDDY_OUT=/tmp eddy run /etc/eddy/examples/quickstart.yaml
+#   docker run --rm -p 127.0.0.1:9249:9249 -e EDDY_ADMIN_TOKEN=$(openssl rand -hex 16) \
+#     -v $PWD/pipeline.yaml:/etc/eddy/pipeline.yaml:ro eddy
+#   docker run --rm -e EDDY_OUT=/tmp -e EDDY_ADMIN_ADDR=off --no-healthcheck eddy run /etc/eddy/examples/quickstart.yaml
+#
+# The admin endpoint listens on every interface of the container, so eddy
+# refuses to start (exit 2) without a bearer token in EDDY_ADMIN_TOKEN:
+# savepoints, stops and pipeline uploads need "Authorization: Bearer
+# $EDDY_ADMIN_TOKEN"; /healthz, /readyz and /metrics stay open.
 #
 # docker stop sends SIGTERM: eddy drains in-flight records, flushes its sinks
 # and exits 0 (give it time with --stop-timeout / stop_grace_period).
@@ -39,10 +45,10 @@ WORKDIR /home/nonroot
 USER 65532:65532
 # Mount a volume at the state directory to keep checkpoints across
 # containers (-v eddy-state:/home/nonroot/eddy-state).
-# The admin endpoint (/healthz, /metrics, savepoints; GET / lists them)
-# listens on every interface of the container on a fixed port, for probes
-# and Prometheus; publish it only where you trust the network: it has no
-# authentication.
+# The admin endpoint (/healthz, /readyz, /metrics, savepoints; GET / lists
+# them) listens on every interface of the container on a fixed port, for
+# probes and Prometheus; its state-changing requests need EDDY_ADMIN_TOKEN
+# (docker run -e EDDY_ADMIN_TOKEN=...), without which eddy does not start.
 # GODEBUG: freed heap goes back to the kernel lazily (docs/running.md,
 # "Memory").
 ENV EDDY_STATE_DIR=/home/nonroot/eddy-state \

@@ -124,13 +124,16 @@ var Endpoints = []Endpoint{
 
 // EndpointList returns Endpoints as aligned lines, each indented by
 // indent.
-func EndpointList(indent string) string {
+func EndpointList(indent string) string { return endpointList(Endpoints, indent) }
+
+// endpointList returns list as aligned lines, each indented by indent.
+func endpointList(list []Endpoint, indent string) string {
 	width := 0
-	for _, e := range Endpoints {
+	for _, e := range list {
 		width = max(width, len(e.Pattern))
 	}
 	var b strings.Builder
-	for _, e := range Endpoints {
+	for _, e := range list {
 		fmt.Fprintf(&b, "%s%-*s  %s\n", indent, width, e.Pattern, e.What)
 	}
 	return b.String()

@@ -81,3 +81,20 @@ func PublishAddr(path, base string) (remove func(), err error) {
 		}
 	}, nil
 }
+
+// LocalURL returns the URL to reach an endpoint listening on addr
+// (HOST:PORT) from this machine: an unspecified host (0.0.0.0, [::]) is
+// reached on the loopback address.
+func LocalURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

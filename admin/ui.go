@@ -3,12 +3,14 @@ package admin
 import "net/http"
 
 // UI is the web dashboard, where one is built in: GET / of the admin
-// endpoint serves it to a browser (a request that accepts text/html), and
-// every GET under /ui/ goes to it (its scripts, styles and images). It
+// endpoint serves it to a browser (a request that accepts text/html), as
+// does GET /pipelines/NAME/ under `eddy serve` (its URL.Path stripped to
+// "/": RequestURI tells which), and every GET under /ui/ of the root goes
+// to it (its scripts, styles and images: refer to them as /ui/...). It
 // reads the JSON API: GET /api/status of a pipeline's endpoint (`eddy
 // run`'s, or /pipelines/NAME/api/status under `eddy serve`) and, under
-// `eddy serve` only, GET /api/pipelines. nil: GET / lists the endpoints as
-// text, and /ui/ is not served.
+// `eddy serve` only, GET /api/pipelines (404 under `eddy run`). nil: GET /
+// lists the endpoints as text, and /ui/ is not served.
 var UI http.Handler
 
 // registerUI routes GET /ui/ to UI, where one is built in.

@@ -44,10 +44,7 @@ func ExecuteCommand(root *cobra.Command) int {
 // has its own viper instance, so commands built in tests do not share
 // settings.
 func NewRootCommand() *cobra.Command {
-	v := viper.New()
-	v.SetEnvPrefix(envPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
-	g := &globalOptions{v: v}
+	g := &globalOptions{v: newViper()}
 
 	root := &cobra.Command{
 		Use:   "eddy",
@@ -59,6 +56,7 @@ process.
   eddy validate pipeline.yaml     check a pipeline file
   eddy explain pipeline.yaml      show its physical plan
   eddy run pipeline.yaml          run it (SIGINT/SIGTERM stop it gracefully)
+  eddy serve --dir pipelines/     run every pipeline file of a folder
 
 The settings --log-level, --log-format, --state-dir and --admin-addr can
 also be set with EDDY_LOG_LEVEL, EDDY_LOG_FORMAT, EDDY_STATE_DIR and
@@ -86,12 +84,22 @@ in the flags or arguments is followed by "Run '... --help' for usage."`,
 		newExplainCommand(),
 		newVersionCommand(),
 		newHealthCommand(g),
+		newServeCommand(g),
 	)
 	root.AddCommand(newCheckpointsCommand(g))
 	root.AddCommand(newSavepointCommand(g))
 	root.AddCommand(newStateCommand(g))
 	asRuntimeFailure(root)
 	return root
+}
+
+// newViper returns a viper instance that reads EDDY_<KEY> for the
+// settings bound to it.
+func newViper() *viper.Viper {
+	v := viper.New()
+	v.SetEnvPrefix(envPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	return v
 }
 
 // bindFlag makes viper read key from the flag of the same name, then from

@@ -15,8 +15,9 @@ import (
 )
 
 // TestContainerHealthcheck runs eddy the way the Dockerfile sets it up: the
-// admin endpoint on every interface (EDDY_ADMIN_ADDR), and the
-// HEALTHCHECK's `eddy health` reading the same variable. The run's port is
+// admin endpoint on every interface (EDDY_ADMIN_ADDR), which needs
+// EDDY_ADMIN_TOKEN, and the HEALTHCHECK's `eddy health` reading the same
+// variable (reading needs no token). The run's port is
 // a free one here instead of the image's fixed one.
 func TestContainerHealthcheck(t *testing.T) {
 	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
@@ -31,6 +32,12 @@ func TestContainerHealthcheck(t *testing.T) {
 
 	runEnv := map[string]string{"EDDY_OUT": t.TempDir(), "EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": t.TempDir(),
 		"EDDY_ADMIN_ADDR": net.JoinHostPort(host, "0")}
+	// On every interface the run needs a token, as the Dockerfile says.
+	require.Regexp(t, `(?m)^#.*-e EDDY_ADMIN_TOKEN=`, string(dockerfile), "the Dockerfile shows how to pass the token")
+	r := eddy(t, ".", runEnv, "run", "testdata/unbounded.yaml")
+	require.Equal(t, 2, r.code, "no token: refused; stderr:\n%s", r.stderr)
+	require.Contains(t, r.stderr, "set EDDY_ADMIN_TOKEN to a secret")
+	runEnv["EDDY_ADMIN_TOKEN"] = "container-token"
 	p := startEddy(t, ".", runEnv, "run", "testdata/unbounded.yaml")
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -67,6 +74,6 @@ func TestContainerHealthcheck(t *testing.T) {
 	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t).code, p.log.text())
-	r := eddy(t, ".", healthEnv, "health")
+	r = eddy(t, ".", healthEnv, "health")
 	require.Equal(t, 1, r.code, "no run answers: unhealthy")
 }

@@ -208,12 +208,17 @@ type inFlight struct {
 	// are deltas (checkpoint.incremental).
 	stateBytes int64
 	deltaParts int
+	// stateSizes are the bytes of each state part, by step and subtask.
+	stateSizes map[seriesKey]int64
 }
 
 type writeResult struct {
 	id  int64
 	err error
 	partStats
+	// sizes are the bytes of subtask's state parts, by step id.
+	subtask int
+	sizes   map[string]int64
 }
 
 // partStats sums up the keyed state parts of an ack.
@@ -432,12 +437,20 @@ func (c *coordinator) onAck(a Ack) {
 	f.writing++
 	c.writers++
 	go func() {
-		st, err := writeAck(f.pending, a, parts)
-		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st}
+		sizes := make(map[string]int64, len(a.States))
+		st, err := writeAckSizes(f.pending, a, parts, sizes)
+		c.written <- writeResult{id: a.Checkpoint, err: err, partStats: st, subtask: a.Subtask, sizes: sizes}
 	}()
 }
 
+// writeAck writes the parts of an ack and its keyed state snapshots.
 func writeAck(p checkpoint.Writer, a Ack, parts map[string][]byte) (partStats, error) {
+	return writeAckSizes(p, a, parts, nil)
+}
+
+// writeAckSizes is writeAck that also puts into sizes (unless nil) the
+// bytes each step's state took, by step id.
+func writeAckSizes(p checkpoint.Writer, a Ack, parts map[string][]byte, sizes map[string]int64) (partStats, error) {
 	defer a.release()
 	var st partStats
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
@@ -451,6 +464,9 @@ func writeAck(p checkpoint.Writer, a Ack, parts map[string][]byte) (partStats, e
 			return st, fmt.Errorf("state of step %q: %w", id, err)
 		}
 		st.bytes += n
+		if sizes != nil {
+			sizes[id] = n
+		}
 		if delta {
 			st.deltas++
 		}
@@ -502,6 +518,12 @@ func (c *coordinator) onWritten(w writeResult) {
 	}
 	f.stateBytes += w.bytes
 	f.deltaParts += w.deltas
+	for id, n := range w.sizes {
+		if f.stateSizes == nil {
+			f.stateSizes = map[seriesKey]int64{}
+		}
+		f.stateSizes[seriesKey{id, w.subtask}] = n
+	}
 	if f.writing > 0 || f.acked < len(c.job.tasks) {
 		return
 	}
@@ -548,6 +570,7 @@ func (c *coordinator) complete(f *inFlight) {
 	c.lastComplete = time.Now()
 	c.failures = 0
 	c.metrics.checkpointStored(f.id, c.lastComplete, f.stateBytes, f.deltaParts)
+	c.metrics.stateSizesStored(f.stateSizes)
 	if f.req == nil {
 		c.metrics.checkpointEnded(f.id, resultCompleted, c.lastComplete, nil)
 	}

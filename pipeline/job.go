@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-stream/eddy/statestore"
@@ -88,6 +89,10 @@ type Job struct {
 
 	mu       sync.Mutex
 	finalReq *savepointReq // of StopWithSavepoint
+
+	// unopened counts the tasks that have not opened their stages yet
+	// (sources connect, steps restore their keyed state).
+	unopened atomic.Int64
 }
 
 // Start builds every task of plan and starts them.
@@ -118,6 +123,7 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	if err := j.build(); err != nil {
 		return nil, err
 	}
+	j.unopened.Store(int64(len(j.tasks)))
 	restored := int64(0)
 	if opts.Restore != nil {
 		restored = opts.Restore.ID()
@@ -165,6 +171,16 @@ func Start(ctx context.Context, plan *Plan, opts JobOptions) (*Job, error) {
 	}()
 	return j, nil
 }
+
+// taskOpened records that t opened every stage.
+func (j *Job) taskOpened(t *task) {
+	t.opened.Store(true)
+	j.unopened.Add(-1)
+}
+
+// Opened reports whether every task opened its stages: the sources are
+// connected and the keyed state is restored. Safe from any goroutine.
+func (j *Job) Opened() bool { return j.unopened.Load() == 0 }
 
 // Stop asks the job to stop gracefully: sources stop reading, what they
 // read drains through the pipeline and sinks flush. Safe to call many times.

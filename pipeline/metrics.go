@@ -50,12 +50,23 @@ type Metrics struct {
 	// history is the recent checkpoints (CheckpointStats).
 	history checkpointHistory
 
-	// tasks are the live numbers of each task subtask, by its head's id
-	// and subtask: they outlive the job, as the counters do.
-	tasksMu sync.Mutex
-	tasks   map[seriesKey]*taskStats
 	// taskTime describes eddy_task_*_seconds_total, by phase.
 	taskTime [phaseCount]*prometheus.Desc
+
+	// The run's live numbers that the status reads (Runner.Status); like
+	// the series, they outlive the job's restarts. liveMu guards the maps.
+	liveMu sync.Mutex
+	// tasks are the live numbers of each task subtask, by its head's id
+	// and subtask.
+	tasks map[seriesKey]*taskStats
+	// stateSizes are the bytes of each step subtask's keyed state in the
+	// newest completed checkpoint.
+	stateSizes map[seriesKey]int64
+	// samplers keep the last records of each sink subtask.
+	samplers map[seriesKey]*sinkSampler
+	// txnCommits and txnAborts count the transactions of the sinks that
+	// commit per checkpoint (TransactionStatus).
+	txnCommits, txnAborts atomic.Int64
 }
 
 // NewMetrics returns a registry with eddy's series registered.
@@ -343,8 +354,8 @@ type taskStats struct {
 // taskStats returns the live numbers of the task whose head is info's
 // node, on info's subtask: the same ones across the job's restarts.
 func (m *Metrics) taskStats(info SubtaskInfo) *taskStats {
-	m.tasksMu.Lock()
-	defer m.tasksMu.Unlock()
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
 	if m.tasks == nil {
 		m.tasks = map[seriesKey]*taskStats{}
 	}
@@ -408,7 +419,63 @@ func (c taskTimeCollector) Collect(ch chan<- prometheus.Metric) {
 
 // taskStatsAll returns a copy of the task subtasks' live numbers by key.
 func (m *Metrics) taskStatsAll() map[seriesKey]*taskStats {
-	m.tasksMu.Lock()
-	defer m.tasksMu.Unlock()
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
 	return maps.Clone(m.tasks)
+}
+
+// stateSizesStored records the state sizes of the newest completed
+// checkpoint (nil: it held no keyed state).
+func (m *Metrics) stateSizesStored(sizes map[seriesKey]int64) {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	m.stateSizes = sizes
+}
+
+// stateSizesAll returns the state sizes of the newest completed
+// checkpoint; the caller must not change the map.
+func (m *Metrics) stateSizesAll() map[seriesKey]int64 {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	return m.stateSizes
+}
+
+// sinkSampler returns the sampler of a sink subtask: the same one across
+// the job's restarts.
+func (m *Metrics) sinkSampler(info SubtaskInfo) *sinkSampler {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if m.samplers == nil {
+		m.samplers = map[seriesKey]*sinkSampler{}
+	}
+	k := seriesKey{info.ID, info.Subtask}
+	if m.samplers[k] == nil {
+		m.samplers[k] = &sinkSampler{}
+	}
+	return m.samplers[k]
+}
+
+// sinkSamplersOf returns the samplers of sink id's subtasks that exist.
+func (m *Metrics) sinkSamplersOf(id string, parallelism int) []*sinkSampler {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	var out []*sinkSampler
+	for i := range parallelism {
+		if s := m.samplers[seriesKey{id, i}]; s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// txnCommitted counts the transactions of committables that Commit made
+// visible; an empty committable is no transaction (kafka without them).
+func (m *Metrics) txnCommitted(cs [][]byte) {
+	n := int64(0)
+	for _, c := range cs {
+		if len(c) > 0 {
+			n++
+		}
+	}
+	m.txnCommits.Add(n)
 }

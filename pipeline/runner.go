@@ -124,6 +124,8 @@ type Runner struct {
 	// is the error of the last failed job, or of the run (Status).
 	startedAt, endedAt time.Time
 	lastErr            string
+	// sampler holds the totals the status's rates are computed from.
+	sampler statusSampler
 }
 
 // NewRunner compiles spec and returns its runner; nothing runs or is
@@ -180,6 +182,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.startedAt = time.Now()
 	r.mu.Unlock()
+	stopSampler, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		r.runSampler(stopSampler)
+	}()
+	defer func() {
+		close(stopSampler)
+		<-sampled
+	}()
 	opts := JobOptions{Logger: r.logger, Metrics: r.metrics, AllowNonRestoredState: r.opts.AllowNonRestoredState,
 		StateDir: r.opts.StateDir, Stdin: r.opts.Stdin, Stdout: r.opts.Stdout}
 	if r.spec.Checkpoint != nil {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,10 +37,15 @@ type stage struct {
 	received, pending int64
 	precommitted      map[int64]int64
 	written           prometheus.Counter
+	// sample keeps a sink's last records for the run's status.
+	sample *sinkSampler
 	// flushWrites is set once a sink that commits per checkpoint returned
 	// an empty committable: it has nothing to commit (kafka without
 	// transactions), so its flushes write out.
 	flushWrites bool
+	// txns is set once the sink pre-committed a transaction (a non-empty
+	// committable): it writes transactionally.
+	txns bool
 	// state is the operator's keyed state, once it asked for it.
 	state statestore.Backend
 	// restore is the checkpoint the run starts from, or nil.
@@ -68,6 +74,7 @@ func (s *stage) Emit(b []Record) error {
 			}
 		}
 		s.in.Add(float64(len(b)))
+		s.sample.offer(b)
 		s.unflushed = true
 		s.received += int64(len(b))
 		if err := s.sink.Write(s.ctx, b); err != nil {
@@ -145,6 +152,7 @@ func (s *stage) flush(ctx context.Context) error {
 // left to commit (the flush wrote them out), so they count now.
 func (s *stage) preCommitted(id int64, c []byte) {
 	s.flushWrites = len(c) == 0
+	s.txns = s.txns || len(c) > 0
 	if len(c) == 0 {
 		s.written.Add(float64(s.pending))
 	} else if s.pending > 0 {
@@ -200,6 +208,7 @@ func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
 		s.mio, _ = s.op.(MultiInputOperator)
 	case SinkNode:
 		s.written = info.Metrics.RecordsWritten(info)
+		s.sample = info.Metrics.sinkSampler(info)
 		s.sink, err = n.Sink.Config.NewSink()
 		if err == nil && n.Sink.WriteAhead {
 			if n.Sink.wrap == nil {
@@ -434,7 +443,11 @@ func (s *stage) close(ctx context.Context) error {
 		var err error
 		if s.pending > 0 && (!s.commits() || s.flushWrites) {
 			err = s.flush(ctx)
+		} else if s.pending > 0 && s.txns {
+			// The open transaction's records are dropped: the sink aborts it.
+			s.info.Metrics.txnAborts.Add(1)
 		}
+		s.sample.publish(time.Now(), true)
 		return errors.Join(err, s.sink.Close(ctx))
 	case s.src != nil:
 		return s.src.Close(ctx)

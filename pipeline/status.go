@@ -1,7 +1,15 @@
 package pipeline
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The status snapshot of a run: what GET /api/status of the admin endpoint
@@ -164,8 +172,8 @@ type TransactionStatus struct {
 type SinkSample struct {
 	Sink string `json:"sink"`
 	// Records are the newest records of the sink (at most
-	// sinkSampleSize), oldest first, each as its fields.
-	Records []map[string]any `json:"records"`
+	// sinkSampleSize), oldest first, each as its fields in JSON.
+	Records []json.RawMessage `json:"records"`
 	// DeadLetters is set when the sink reads an errors stream.
 	DeadLetters bool `json:"dead_letters"`
 }
@@ -174,7 +182,7 @@ type SinkSample struct {
 func (r *Runner) Status() Status {
 	now := time.Now()
 	r.mu.Lock()
-	plan, started, ended, lastErr, attempts := r.plan, r.startedAt, r.endedAt, r.lastErr, r.attempts
+	plan, job, started, ended, lastErr, attempts := r.plan, r.job, r.startedAt, r.endedAt, r.lastErr, r.attempts
 	r.mu.Unlock()
 	s := Status{
 		Pipeline:         r.spec.Name,
@@ -185,10 +193,13 @@ func (r *Runner) Status() Status {
 		GuaranteeReasons: append([]string{}, plan.GuaranteeWhy...),
 		Now:              now,
 		Checkpoints:      r.metrics.CheckpointStats(),
-		Nodes:            []NodeStatus{},
-		Edges:            []EdgeStatus{},
-		Tasks:            []TaskStatus{},
-		Samples:          []SinkSample{},
+		Transactions: TransactionStatus{
+			Commits: r.metrics.txnCommits.Load(),
+			Aborts:  r.metrics.txnAborts.Load(),
+		},
+		Edges: planEdges(plan),
+		Tasks: planTasks(plan),
+		Nodes: make([]NodeStatus, 0, len(plan.Nodes)),
 	}
 	if !started.IsZero() {
 		s.Started = &started
@@ -198,16 +209,157 @@ func (r *Runner) Status() Status {
 		}
 		s.UptimeMS = end.Sub(started).Milliseconds()
 	}
-	s.Edges, s.Tasks = planEdges(plan), planTasks(plan)
-	for _, n := range plan.Nodes {
-		s.Nodes = append(s.Nodes, nodeStatus(n))
+	v := r.readValues(now, job)
+	prev, cur := r.sampler.window()
+	if prev != nil {
+		at := cur.at
+		s.SampledAt, s.WindowMS = &at, cur.at.Sub(prev.at).Milliseconds()
 	}
+	for _, n := range plan.Nodes {
+		ns := nodeStatus(n)
+		for i := range ns.Subtasks {
+			v.fill(&ns.Subtasks[i], n, prev, cur)
+		}
+		s.Nodes = append(s.Nodes, ns)
+	}
+	s.Samples = r.sinkSamples(plan)
 	return s
 }
 
-// statusState is State with restoring told apart from running.
+// statusState is State with a job that has not opened every task told
+// apart: restoring when it restores a checkpoint, else starting.
 func (r *Runner) statusState() string {
-	return r.State().String()
+	st := r.State()
+	r.mu.Lock()
+	job, restored := r.job, r.restored
+	r.mu.Unlock()
+	switch {
+	case st == RunStarting && restored != 0:
+		return "restoring" // the store is open, the job starts
+	case st != RunRunning || job == nil || job.Opened():
+		return st.String()
+	case job.opts.Restore != nil:
+		return "restoring"
+	}
+	return RunStarting.String()
+}
+
+// statusValues are the live values a Status reads, by series.
+type statusValues struct {
+	now                                   time.Time
+	in, out, written, late, errs, pending map[seriesKey]float64
+	// tasks are the task subtasks' live numbers, by head id and subtask.
+	tasks map[seriesKey]*taskStats
+	// stateSizes are of the newest completed checkpoint.
+	stateSizes map[seriesKey]int64
+	// splits are the source subtasks' splits (those of the running job's
+	// sources that tell).
+	splits map[seriesKey][]SplitStatus
+}
+
+// readValues reads the series and live numbers of the run as of now, and
+// the splits of job's sources (job may be nil).
+func (r *Runner) readValues(now time.Time, job *Job) statusValues {
+	m := r.metrics
+	v := statusValues{now: now,
+		in: seriesValues(m.recordsIn), out: seriesValues(m.recordsOut), written: seriesValues(m.written),
+		late: seriesValues(m.lateDropped), errs: seriesValues(m.recordErrors), pending: seriesValues(m.pending),
+		tasks: m.taskStatsAll(), stateSizes: m.stateSizesAll(), splits: map[seriesKey][]SplitStatus{},
+	}
+	if job == nil {
+		return v
+	}
+	for _, t := range job.tasks {
+		if ss, ok := t.head.src.(SplitStatuser); ok && t.opened.Load() {
+			v.splits[seriesKey{t.head.node.ID, t.subtask}] = ss.SplitStatus()
+		}
+	}
+	return v
+}
+
+// fill sets the numbers of subtask st of node n; prev and cur are the
+// sampler's window (nil before it has one).
+func (v statusValues) fill(st *SubtaskStatus, n *Node, prev, cur *statusSample) {
+	k := seriesKey{n.ID, st.Subtask}
+	head := seriesKey{n.Chain.Head().ID, st.Subtask}
+	st.RecordsIn, st.RecordsOut = int64(v.in[k]), int64(v.out[k])
+	st.LateDropped, st.RecordErrors = int64(v.late[k]), int64(v.errs[k])
+	if n.Kind == SinkNode {
+		w := int64(v.written[k])
+		st.RecordsWritten = &w
+	}
+	if p, ok := v.pending[k]; ok && n.Kind == SourceNode {
+		pn := int64(p)
+		st.Pending = &pn
+	}
+	if b, ok := v.stateSizes[k]; ok {
+		st.StateBytes = &b
+	}
+	st.Splits = v.splits[k]
+	if ts := v.tasks[head]; ts != nil {
+		_, phase := ts.read(v.now)
+		st.Phase = phase.String()
+		if wm := ts.wm.Load(); wm != MinWatermark && wm != MaxWatermark {
+			lag := v.now.UnixMilli() - wm
+			st.Watermark, st.WatermarkLagMS = &wm, &lag
+		}
+	}
+	if prev == nil {
+		return
+	}
+	secs := cur.at.Sub(prev.at).Seconds()
+	st.RecordsInPerSecond = (cur.in[k] - prev.in[k]) / secs
+	st.RecordsOutPerSecond = (cur.out[k] - prev.out[k]) / secs
+	a, b := prev.spent[head], cur.spent[head]
+	ratio := func(p taskPhase) float64 { return min(max((b[p]-a[p]).Seconds()/secs, 0), 1) }
+	st.BusyRatio, st.BackpressuredRatio, st.IdleRatio = ratio(phaseBusy), ratio(phaseBackpressured), ratio(phaseIdle)
+	st.Backpressure = backpressureLevel(st.BackpressuredRatio)
+}
+
+// backpressureLevel rates the share of time a task was backpressured with
+// Flink's thresholds.
+func backpressureLevel(ratio float64) string {
+	switch {
+	case ratio <= 0.10:
+		return BackpressureOK
+	case ratio <= 0.50:
+		return BackpressureLow
+	}
+	return BackpressureHigh
+}
+
+// seriesValues returns the values of a counter or gauge vector labelled by
+// id and subtask, summed over its other labels (eddy_record_errors_total's
+// policy).
+func seriesValues(c prometheus.Collector) map[seriesKey]float64 {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	out := map[seriesKey]float64{}
+	for metric := range ch {
+		var d dto.Metric
+		if err := metric.Write(&d); err != nil {
+			continue
+		}
+		var k seriesKey
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "id":
+				k.id = l.GetValue()
+			case "subtask":
+				k.subtask, _ = strconv.Atoi(l.GetValue())
+			}
+		}
+		switch {
+		case d.Counter != nil:
+			out[k] += d.GetCounter().GetValue()
+		case d.Gauge != nil:
+			out[k] += d.GetGauge().GetValue()
+		}
+	}
+	return out
 }
 
 // nodeStatus returns n's status with its subtasks numbered.
@@ -218,7 +370,7 @@ func nodeStatus(n *Node) NodeStatus {
 		ns.Detail = d.Describe()
 	}
 	for i := range ns.Subtasks {
-		ns.Subtasks[i] = SubtaskStatus{Subtask: i, Backpressure: BackpressureOK, Phase: "ended"}
+		ns.Subtasks[i] = SubtaskStatus{Subtask: i, Backpressure: BackpressureOK, Phase: phaseEnded.String()}
 	}
 	return ns
 }
@@ -288,4 +440,172 @@ type SplitStatus struct {
 	// Idle is set when the split delivered nothing for a while (Kafka: it
 	// has no records to read).
 	Idle bool `json:"idle"`
+}
+
+// statusSampleInterval is how often the sampler takes the totals that the
+// status's rates and time ratios are computed from.
+const statusSampleInterval = time.Second
+
+// statusSample is the run's totals at one time: records in and out by node
+// subtask, and the time each task subtask spent by phase.
+type statusSample struct {
+	at      time.Time
+	in, out map[seriesKey]float64
+	spent   map[seriesKey][phaseCount]time.Duration
+}
+
+// statusSampler keeps the two newest samples: the rates and ratios of a
+// Status are over the window between them, at most
+// statusSampleInterval old.
+type statusSampler struct {
+	mu        sync.Mutex
+	prev, cur *statusSample
+}
+
+// sample takes the run's totals as of now and makes them the window's end.
+func (r *Runner) sample(now time.Time) {
+	m := r.metrics
+	s := &statusSample{at: now, in: seriesValues(m.recordsIn), out: seriesValues(m.recordsOut),
+		spent: map[seriesKey][phaseCount]time.Duration{}}
+	for k, ts := range m.taskStatsAll() {
+		s.spent[k], _ = ts.read(now)
+	}
+	r.sampler.mu.Lock()
+	defer r.sampler.mu.Unlock()
+	r.sampler.prev, r.sampler.cur = r.sampler.cur, s
+}
+
+// window returns the two newest samples, or nils before there are two.
+func (ss *statusSampler) window() (prev, cur *statusSample) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.prev == nil {
+		return nil, nil
+	}
+	return ss.prev, ss.cur
+}
+
+// runSampler samples the run every statusSampleInterval until stop is
+// closed, and once when it is.
+func (r *Runner) runSampler(stop <-chan struct{}) {
+	tick := time.NewTicker(statusSampleInterval)
+	defer tick.Stop()
+	r.sample(time.Now())
+	for {
+		select {
+		case now := <-tick.C:
+			r.sample(now)
+		case <-stop:
+			r.sample(time.Now())
+			return
+		}
+	}
+}
+
+// sinkSamples returns the records sampled of each sink of plan.
+func (r *Runner) sinkSamples(plan *Plan) []SinkSample {
+	out := []SinkSample{}
+	for _, n := range plan.Nodes {
+		if n.Kind != SinkNode {
+			continue
+		}
+		ss := SinkSample{Sink: n.ID, Records: []json.RawMessage{}}
+		for _, in := range n.Sink.Inputs {
+			ss.DeadLetters = ss.DeadLetters || in.Side == ErrorsStream
+		}
+		var recs []sampledRecord
+		for _, s := range r.metrics.sinkSamplersOf(n.ID, n.Parallelism) {
+			recs = append(recs, s.published()...)
+		}
+		slices.SortStableFunc(recs, func(a, b sampledRecord) int { return a.at.Compare(b.at) })
+		for _, rec := range recs[max(len(recs)-sinkSampleSize, 0):] {
+			ss.Records = append(ss.Records, rec.fields)
+		}
+		out = append(out, ss)
+	}
+	return out
+}
+
+// sinkSampleSize is how many records the sample of a sink holds.
+const sinkSampleSize = 20
+
+// sinkSamplePeriod is the least time between two publications of a sink
+// subtask's sample (but the last, when the sink closes).
+const sinkSamplePeriod = 200 * time.Millisecond
+
+// sinkSampler keeps the last records one sink subtask received, for the
+// run's status. On the task goroutine, offer keeps references to the last
+// sinkSampleSize records of each batch (no copy of their fields), and
+// publish encodes those not published yet as JSON, at most every
+// sinkSamplePeriod (at the flush timer) and when the sink closes: the
+// sink may change a record while it writes it, so the status never reads
+// a record itself. A nil sampler (not a sink) does nothing.
+type sinkSampler struct {
+	// Task goroutine: the newest records, a ring whose next slot is next,
+	// fresh of them not published; due is when publish may run again.
+	ring  [sinkSampleSize]Record
+	next  int
+	fresh int
+	due   time.Time
+
+	mu  sync.Mutex
+	pub []sampledRecord // oldest first, at most sinkSampleSize
+}
+
+// sampledRecord is a published record: its fields as JSON, and when it
+// was published (the order of a sink's subtasks' records).
+type sampledRecord struct {
+	at     time.Time
+	fields json.RawMessage
+}
+
+// offer keeps the last records of b. Task goroutine.
+func (s *sinkSampler) offer(b []Record) {
+	if s == nil {
+		return
+	}
+	b = b[max(len(b)-sinkSampleSize, 0):]
+	for _, r := range b {
+		s.ring[s.next] = r
+		s.next = (s.next + 1) % sinkSampleSize
+	}
+	s.fresh = min(s.fresh+len(b), sinkSampleSize)
+}
+
+// waiting reports whether records wait to be published. Task goroutine.
+func (s *sinkSampler) waiting() bool { return s != nil && s.fresh > 0 }
+
+// publish encodes the records not published yet for the status, when the
+// period since the last publication passed or force. Task goroutine.
+func (s *sinkSampler) publish(now time.Time, force bool) {
+	if s == nil || s.fresh == 0 || (!force && now.Before(s.due)) {
+		return
+	}
+	enc := make([]sampledRecord, 0, s.fresh)
+	for i := s.fresh; i > 0; i-- {
+		r := &s.ring[(s.next-i+sinkSampleSize)%sinkSampleSize]
+		enc = append(enc, sampledRecord{at: now, fields: encodeSample(r.Fields)})
+	}
+	s.fresh, s.due = 0, now.Add(sinkSamplePeriod)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pub = append(s.pub, enc...)
+	s.pub = slices.Delete(s.pub, 0, max(len(s.pub)-sinkSampleSize, 0))
+}
+
+// published returns a copy of the published records, oldest first.
+func (s *sinkSampler) published() []sampledRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.pub)
+}
+
+// encodeSample encodes a record's fields as JSON; fields JSON cannot hold
+// (NaN, ...) are shown as their Go rendering, under "_unencodable".
+func encodeSample(fields map[string]any) json.RawMessage {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"_unencodable": fmt.Sprint(fields)})
+	}
+	return b
 }

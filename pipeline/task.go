@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +75,9 @@ type task struct {
 	// stats are the task's live numbers: its time by phase and its
 	// watermark (Runner.Status, eddy_task_*_seconds_total).
 	stats *taskStats
+	// opened is set once every stage opened: a source head's SplitStatus
+	// may be called from then on.
+	opened atomic.Bool
 
 	wm      int64
 	wmGauge prometheus.Gauge
@@ -160,8 +164,10 @@ func (t *task) run(ctx context.Context) (err error) {
 		}
 		t.srcSplits = sc.Splits
 		opened = append(opened, t.head)
+		t.job.taskOpened(t)
 		return t.runSource(ctx)
 	}
+	t.job.taskOpened(t)
 	return t.runInputs(ctx)
 }
 
@@ -176,7 +182,8 @@ func (t *task) armFlush() {
 		pending = pending || w.pending > 0
 	}
 	for _, s := range t.stages {
-		pending = pending || s.unflushed
+		// A sink's sample waits for the flush timer too, to be published.
+		pending = pending || s.unflushed || s.sample.waiting()
 	}
 	if pending {
 		t.flush.Reset(t.job.plan.Spec.Runtime.BufferTimeout.D())
@@ -196,11 +203,18 @@ func (t *task) flushBuffers(ctx context.Context) error {
 }
 
 func (t *task) flushSinks(ctx context.Context) error {
+	var now time.Time
 	for _, s := range t.stages {
 		if s.sink != nil && s.unflushed {
 			if err := s.flush(ctx); err != nil {
 				return fmt.Errorf("flush sink %q: %w", s.node.ID, err)
 			}
+		}
+		if s.sample.waiting() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			s.sample.publish(now, false)
 		}
 	}
 	return nil
@@ -374,6 +388,7 @@ func (t *task) onMail(ctx context.Context, m mail) (done bool, err error) {
 			if err := tpc.Commit(ctx, cs); err != nil {
 				return false, fmt.Errorf("commit sink %q at checkpoint %d: %w", s.node.ID, m.complete, err)
 			}
+			t.job.opts.Metrics.txnCommitted(cs)
 		}
 		s.committed(m.complete)
 	}
