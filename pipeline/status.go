@@ -565,10 +565,9 @@ func (s *sinkSampler) offer(b []Record) {
 		return
 	}
 	b = b[max(len(b)-sinkSampleSize, 0):]
-	for _, r := range b {
-		s.ring[s.next] = r
-		s.next = (s.next + 1) % sinkSampleSize
-	}
+	n := copy(s.ring[s.next:], b)
+	copy(s.ring[:], b[n:])
+	s.next = (s.next + len(b)) % sinkSampleSize
 	s.fresh = min(s.fresh+len(b), sinkSampleSize)
 }
 
