@@ -1,10 +1,10 @@
 // eddy's dashboard: polls the admin endpoint's JSON API and renders it.
 //
-// Under `eddy run` the page is the endpoint of one pipeline: it reads
-// GET api/status (and GET savepoints) next to where it was loaded. Under
-// `eddy serve` the endpoint has no api/status of its own: the page lists
-// GET api/pipelines, and #/pipelines/NAME opens the pipeline whose endpoint
-// is /pipelines/NAME/. Everything a pipeline reports is rendered as text
+// The page shows the pipeline whose endpoint it was loaded from: it reads
+// GET api/status (and GET savepoints) there, at / under `eddy run` and at
+// /pipelines/NAME/ under `eddy serve`. At / of `eddy serve`, which has no
+// api/status of its own, it lists GET api/pipelines instead, each linked
+// to its own page. Everything the server reports is rendered as text
 // (textContent, attributes), never as markup: record contents are user data.
 "use strict";
 
@@ -17,10 +17,12 @@
   // Flink's backpressure levels, by the share of time blocked on output.
   const LEVEL_RANK = { ok: 0, low: 1, high: 2 };
 
-  // root is the path of the endpoint the page was loaded from ("" at /).
-  const root = location.pathname.replace(/\/(index\.html)?$/, "");
-  // base is the path of the endpoint of the pipeline shown.
-  let base = root;
+  // base is the path of the endpoint the page was loaded from ("" at /).
+  const base = location.pathname.replace(/\/(index\.html)?$/, "");
+  // serveRoot is the path of `eddy serve`'s endpoint when the page is
+  // that of one of its pipelines (/pipelines/NAME/), else null.
+  const serveMatch = /^(.*)\/pipelines\/[^/]+$/.exec(base);
+  const serveRoot = serveMatch ? serveMatch[1] : null;
   // listMode is set once the endpoint turned out to be `eddy serve`'s.
   let listMode = false;
   // token is the bearer token the user gave, asked for on the first 401.
@@ -375,8 +377,7 @@
 
   // alignment is a checkpoint's alignment time, where the server tells it.
   function alignment(c) {
-    const v = c.alignment_ms !== undefined ? c.alignment_ms : c.alignment_duration_ms;
-    return v === undefined || v === null ? "–" : fmtMS(v);
+    return c.alignment_ms === undefined || c.alignment_ms === null ? "–" : fmtMS(c.alignment_ms);
   }
 
   function renderCheckpoints(cs) {
@@ -470,7 +471,7 @@
   // ---- serve mode: the list of pipelines ----
 
   function renderPipelines(body) {
-    const list = Array.isArray(body) ? body : (body && body.pipelines) || [];
+    const list = (body && body.pipelines) || [];
     fill($("#name"), "eddy serve");
     document.title = "eddy serve";
     $("#state").className = "badge";
@@ -479,41 +480,30 @@
     $("#actions").hidden = true;
     $("#last-error").hidden = true;
     $("#pipeline").hidden = true;
-    $("#all-pipelines").hidden = true;
     $("#pipelines").hidden = false;
-    fill($("#pipelines tbody"), ...list.map((p) => {
-      if (typeof p === "string") p = { name: p };
-      return el("tr", {},
-        el("td", {}, el("a", { href: "#/pipelines/" + encodeURIComponent(p.name) }, p.name)),
+    fill($("#pipelines tbody"), ...list.map((p) =>
+      el("tr", {},
+        el("td", {}, el("a", { href: base + "/pipelines/" + encodeURIComponent(p.name) + "/" }, p.name)),
         el("td", {}, el("span", { class: "badge state-" + word(p.state) }, p.state || "")),
-        el("td", { class: "error" }, p.error || p.reason || p.last_error || ""));
-    }));
+        el("td", { class: "error" }, [p.reason, p.error, ...(p.problems || []).map(problem)].filter(Boolean).join("\n")))));
+  }
+
+  // problem is a problem of an invalid pipeline file, as FILE:LINE:COL: MESSAGE.
+  function problem(p) {
+    return (p.file || "") + ":" + p.line + ":" + p.col + ": " + p.message;
   }
 
   // ---- the loop ----
 
-  function route() {
-    const m = /^#\/pipelines\/(.+)$/.exec(location.hash);
-    if (m) {
-      base = root + "/pipelines/" + encodeURIComponent(decodeURIComponent(m[1]));
-      $("#all-pipelines").hidden = false;
-      return "pipeline";
-    }
-    base = root;
-    $("#all-pipelines").hidden = true;
-    return listMode ? "list" : "pipeline";
-  }
-
   async function tick() {
-    const mode = route();
-    if (mode === "list") {
-      const r = await getJSON(root + "/api/pipelines");
+    if (listMode) {
+      const r = await getJSON(base + "/api/pipelines");
       if (!r.ok) throw new Error("GET api/pipelines: " + r.status + (r.body && r.body.error ? " " + r.body.error : ""));
       renderPipelines(r.body);
       return;
     }
     const r = await getJSON(base + "/api/status");
-    if (r.status === 404 && base === root && !listMode) {
+    if (r.status === 404 && serveRoot === null) {
       listMode = true;
       return tick();
     }
@@ -580,10 +570,11 @@
   document.addEventListener("DOMContentLoaded", () => {
     $("#trigger-savepoint").addEventListener("click", () => savepointAction(false));
     $("#stop-savepoint").addEventListener("click", () => savepointAction(true));
-    window.addEventListener("hashchange", () => {
-      lastSavepoints = 0;
-      loop();
-    });
+    if (serveRoot !== null) {
+      const all = $("#all-pipelines");
+      all.href = serveRoot + "/";
+      all.hidden = false;
+    }
     loop();
   });
 })();

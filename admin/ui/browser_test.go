@@ -218,3 +218,66 @@ func TestDashboardActionsAskForTheToken(t *testing.T) {
 	require.Equal(t, 2, confirms)
 	b.NoProblems("401 (Unauthorized)")
 }
+
+// servePipeline is a checkpointed unbounded pipeline for eddy serve.
+const servePipeline = `version: 1
+name: steady
+checkpoint:
+  interval: 200ms
+sources:
+  - id: numbers
+    type: generator
+    rate: 100
+    fields:
+      i: i
+sinks:
+  - id: out
+    type: blackhole
+`
+
+// TestDashboardUnderServe: at / of eddy serve the dashboard lists the
+// pipelines with their state and, for an invalid file, its problems at
+// FILE:LINE:COL; each links to its own page under /pipelines/NAME/, which
+// shows that pipeline and links back.
+func TestDashboardUnderServe(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "steady.yaml"), []byte(servePipeline), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("version: 1\nname: broken\nsources: [{id: s, type: nope}]\n"), 0o644))
+	m, err := admin.NewManager(admin.ServeOptions{Dir: dir, StateDir: t.TempDir(), Logger: quietLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		m.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+	})
+	srv, err := admin.Listen(quietLogger(), "127.0.0.1:0", m.Handler(), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Close(context.Background())) })
+	root := "http://" + srv.Addr()
+
+	b := uitest.New(t)
+	b.Do("load the dashboard", chromedp.Navigate(root+"/"))
+	rows := uitest.WaitFor[[][]string](b, "both pipelines, steady running", `(() => {
+  const rows = Array.from(document.querySelectorAll('#pipelines tbody tr'), (r) => Array.from(r.cells, (c) => c.textContent));
+  return rows.length === 2 && rows.some((r) => r[0] === 'steady' && r[1] === 'running') && rows;
+})()`)
+	require.Equal(t, "eddy serve", uitest.Eval[string](b, `document.querySelector('#name').textContent`))
+	require.Equal(t, []string{"broken", "invalid"}, rows[0][:2])
+	require.Regexp(t, `broken\.yaml:3:\d+: .*nope`, rows[0][2])
+	href := uitest.Eval[string](b, `Array.from(document.querySelectorAll('#pipelines a')).find((a) => a.textContent === 'steady').getAttribute('href')`)
+	require.Equal(t, "/pipelines/steady/", href)
+	// The page tells eddy serve's endpoint by its 404 to GET /api/status.
+	b.NoProblems(root + "/api/status:1: error: Failed to load resource: the server responded with a status of 404")
+
+	b.Do("open steady", chromedp.Navigate(root+href))
+	uitest.WaitFor[bool](b, "steady's page", `document.querySelector('#name').textContent === 'steady' &&
+  Array.from(document.querySelectorAll('#graph .node-id'), (e) => e.textContent).join() === 'numbers,out'`)
+	back := uitest.Eval[string](b, `(() => { const a = document.querySelector('#all-pipelines'); return a.hidden ? '' : a.getAttribute('href'); })()`)
+	require.Equal(t, "/", back)
+	b.NoProblems(root + "/api/status:1: error: Failed to load resource: the server responded with a status of 404")
+}

@@ -2,11 +2,15 @@ package ui_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/eddy-stream/eddy/admin"
+	// Every connector and step kind registers itself in pipeline.Default.
+	_ "github.com/eddy-stream/eddy/connectors/all"
+	_ "github.com/eddy-stream/eddy/operators"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -127,8 +131,8 @@ func fakeStatus() pipeline.Status {
 		},
 		Transactions: pipeline.TransactionStatus{Commits: 8, Aborts: 1},
 		Samples: []pipeline.SinkSample{
-			{Sink: "out", Records: []map[string]any{{"user": "<img src=x onerror=alert(1)>", "n": 1}}},
-			{Sink: "bad", DeadLetters: true, Records: []map[string]any{{"error": "</code><script>alert(2)</script>", "step": enrich}}},
+			{Sink: "out", Records: []json.RawMessage{json.RawMessage(`{"n":1,"user":"<img src=x onerror=alert(1)>"}`)}},
+			{Sink: "bad", DeadLetters: true, Records: []json.RawMessage{json.RawMessage(`{"error":"</code><script>alert(2)</script>","step":"<i>enrich</i>"}`)}},
 		},
 	}
 }

@@ -149,11 +149,21 @@ func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 // WaitFor waits until the JavaScript expression expr is truthy in the
 // page, evaluating it at once and after every change of the DOM, and
 // returns its value. what says what the test waits for.
+//
+// Should the page never get there, the wait ends a little before the
+// session's hang timeout, so that the failure can show the page's text.
 func WaitFor[T any](b *Browser, what, expr string) T {
 	b.t.Helper()
-	v, err := chromedp.Run(b.ctx, chromedp.Poll[T](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
+	ctx := b.ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-hangTimeout/10))
+		defer cancel()
+	}
+	v, err := chromedp.Run(ctx, chromedp.Poll[T](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
 	if err != nil {
-		b.t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("waiting for %s (%s): %v\nthe page shows:\n%s", what, expr, err, text)
 	}
 	return v
 }
