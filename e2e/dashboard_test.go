@@ -190,7 +190,9 @@ func TestDashboard(t *testing.T) {
 	b.NoProblems()
 	b.Screenshot("dashboard")
 
-	b.Answer(func(ev page.EventJavascriptDialogOpening) (bool, string) { return ev.Type == page.DialogTypeConfirm, "" })
+	b.Answer(func(ev page.EventJavascriptDialogOpening) (bool, string) {
+		return ev.Type == page.DialogTypeConfirm, ""
+	})
 	b.Do("stop with a savepoint", chromedp.Click(chromedp.CSS("#stop-savepoint")))
 	result = uitest.WaitFor[string](b, "the stop's result", `(() => { const s = document.querySelector('#action-result').textContent; return !s.endsWith('…') && s; })()`)
 	require.FileExists(t, writtenPath(t, result, "final savepoint "))
