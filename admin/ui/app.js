@@ -344,7 +344,7 @@
           el("td", { class: "num busy-text" }, fmtPct(t.busy_ratio)),
           el("td", { class: "num backpressured-text" }, fmtPct(t.backpressured_ratio)),
           el("td", { class: "num idle-text" }, fmtPct(t.idle_ratio)),
-          el("td", {}, el("span", { class: "badge level-" + word(t.backpressure) }, String(t.backpressure || "ok").toUpperCase())),
+          el("td", { title: t.phase ? "now " + t.phase : null }, el("span", { class: "badge level-" + word(t.backpressure) }, String(t.backpressure || "ok").toUpperCase())),
           el("td", {}, t.watermark === null || t.watermark === undefined ? "–" : fmtTime(t.watermark)),
           el("td", { class: "num" }, fmtMS(t.watermark_lag_ms)),
           el("td", { class: "num" }, fmtCount(t.late_dropped)),
