@@ -163,8 +163,9 @@ type TransactionStatus struct {
 	// Commits counts the pre-committed transactions the runtime committed
 	// once their checkpoint completed.
 	Commits int64 `json:"commits"`
-	// Aborts counts the open transactions a failed or cancelled job
-	// dropped (the sink aborts them; their records are read again).
+	// Aborts counts the open transactions with records that a failed or
+	// cancelled job dropped (the sink aborts them; their records are read
+	// again), of sinks that pre-committed a transaction before.
 	Aborts int64 `json:"aborts"`
 }
 
@@ -304,10 +305,13 @@ func (v statusValues) fill(st *SubtaskStatus, n *Node, prev, cur *statusSample) 
 			st.Watermark, st.WatermarkLagMS = &wm, &lag
 		}
 	}
-	if prev == nil {
+	secs := 0.0
+	if prev != nil {
+		secs = cur.at.Sub(prev.at).Seconds()
+	}
+	if secs <= 0 {
 		return
 	}
-	secs := cur.at.Sub(prev.at).Seconds()
 	st.RecordsInPerSecond = (cur.in[k] - prev.in[k]) / secs
 	st.RecordsOutPerSecond = (cur.out[k] - prev.out[k]) / secs
 	a, b := prev.spent[head], cur.spent[head]
@@ -470,9 +474,16 @@ func (r *Runner) sample(now time.Time) {
 	for k, ts := range m.taskStatsAll() {
 		s.spent[k], _ = ts.read(now)
 	}
-	r.sampler.mu.Lock()
-	defer r.sampler.mu.Unlock()
-	r.sampler.prev, r.sampler.cur = r.sampler.cur, s
+	ss := &r.sampler
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.prev != nil && now.Sub(ss.cur.at) < statusSampleInterval/2 {
+		// Too close to the last one (the run's end right after a tick):
+		// the window grows instead of shrinking to a few noisy ms.
+		ss.cur = s
+		return
+	}
+	ss.prev, ss.cur = ss.cur, s
 }
 
 // window returns the two newest samples, or nils before there are two.

@@ -46,10 +46,12 @@ func (s *gateSink) Flush(context.Context) error { return nil }
 func (s *gateSink) Close(context.Context) error { return nil }
 
 // quietSourceConfig makes sources whose Open signals entered (dropped
-// when full) and waits until opened is closed, and that then read nothing
-// until stopped; they report one split.
+// when full) and waits until opened is closed (nil: closed), and that then
+// read a record {"n": i} for each i sent on feed, nothing else, until
+// stopped; they report one split.
 type quietSourceConfig struct {
 	entered, opened chan struct{}
+	feed            chan int
 }
 
 func (c *quietSourceConfig) Validate() error                     { return nil }
@@ -62,6 +64,9 @@ func (s *quietSource) Open(ctx context.Context, _ *pipeline.SourceContext) error
 	case s.cfg.entered <- struct{}{}:
 	default:
 	}
+	if s.cfg.opened == nil {
+		return nil
+	}
 	select {
 	case <-s.cfg.opened:
 		return nil
@@ -69,9 +74,15 @@ func (s *quietSource) Open(ctx context.Context, _ *pipeline.SourceContext) error
 		return ctx.Err()
 	}
 }
-func (s *quietSource) Read(ctx context.Context, _ *pipeline.ReadBatch) error {
-	<-ctx.Done()
-	return ctx.Err()
+func (s *quietSource) Read(ctx context.Context, b *pipeline.ReadBatch) error {
+	select {
+	case n := <-s.cfg.feed:
+		b.Records = append(b.Records, pipeline.NewRecord(map[string]any{"n": n}))
+		b.Position = []byte{byte(n)}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 func (s *quietSource) Close(context.Context) error { return nil }
 
@@ -476,4 +487,154 @@ func TestStatusRestartsAndLastError(t *testing.T) {
 	require.Equal(t, "failed", s.State)
 	require.Equal(t, 2, s.Restarts)
 	require.Contains(t, s.LastError, "boom")
+}
+
+// TestStatusSampleAfterABurst: records that arrive shortly after the
+// sample was published (the paced source's first batches are published
+// at the first flush, the rest comes within sinkSamplePeriod), and then
+// nothing more, are published all the same: a sink chained to its source
+// and one behind a channel show the last records of a source that went
+// quiet.
+func TestStatusSampleAfterABurst(t *testing.T) {
+	spec, err := pipeline.Load(testEnv(), "burst.yaml", []byte(`
+version: 1
+name: burst
+sources:
+  - id: nums
+    type: seq
+    count: 1000
+    hold: true
+    pace: true
+steps:
+  - id: p
+    from: nums
+    pass: null
+    rebalance: true
+sinks:
+  - id: chained
+    type: collect
+    from: nums
+  - id: behind
+    type: collect
+    from: p
+`))
+	require.NoError(t, err)
+	for _, s := range spec.Sinks {
+		s.Config.(*collectConfig).c = newCollector()
+	}
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := runInBackground(r)
+	defer func() {
+		require.NoError(t, r.Stop())
+		require.NoError(t, testkit.WaitFor(t, done, "the run to stop"))
+	}()
+	s := waitForStatus(t, r, "the last records in the samples", func(s pipeline.Status) bool {
+		return slices.Equal(sampleNs(t, sample(t, s, "chained")), seqInts(980, 1000)) &&
+			slices.Equal(sampleNs(t, sample(t, s, "behind")), seqInts(980, 1000))
+	})
+	require.Equal(t, "running", s.State, "the source holds: the run goes on")
+}
+
+// TestStatusWatermark: each subtask shows its task's watermark and how far
+// it is behind the wall clock, as of the status's now.
+func TestStatusWatermark(t *testing.T) {
+	spec, err := pipeline.Load(testEnv(), "wm.yaml", []byte(`
+version: 1
+name: wm
+runtime:
+  chaining: false
+sources:
+  - id: nums
+    type: seq
+    count: 100
+    hold: true
+    event_time: "n * 1000"
+    watermark:
+      max_out_of_orderness: 0ms
+      interval: 0
+sinks:
+  - id: out
+    type: collect
+`))
+	require.NoError(t, err)
+	spec.Sinks[0].Config.(*collectConfig).c = newCollector()
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	before := r.Status()
+	require.Nil(t, node(t, before, "nums").Subtasks[0].Watermark, "no watermark before the run")
+	done := runInBackground(r)
+	defer func() {
+		require.NoError(t, r.Stop())
+		require.NoError(t, testkit.WaitFor(t, done, "the run to stop"))
+	}()
+	// The newest event time is 99 000: W = 99 000 - 0 - 1.
+	const want = int64(98_999)
+	s := waitForStatus(t, r, "the watermark to reach the sink", func(s pipeline.Status) bool {
+		wm := node(t, s, "out").Subtasks[0].Watermark
+		return wm != nil && *wm == want
+	})
+	for _, id := range []string{"nums", "out"} {
+		st := node(t, s, id).Subtasks[0]
+		require.Equal(t, want, *st.Watermark, id)
+		require.Equal(t, s.Now.UnixMilli()-want, *st.WatermarkLagMS, id)
+	}
+}
+
+// TestStatusTransactions: the status counts the transactions the runtime
+// committed once their checkpoint completed, and the open transaction with
+// records that a cancelled job dropped.
+func TestStatusTransactions(t *testing.T) {
+	quiet := &quietSourceConfig{feed: make(chan int)}
+	spec, err := pipeline.Load(statusEnv(&gateSinkConfig{}, quiet), "txn.yaml", []byte(`
+version: 1
+name: txn
+checkpoint:
+  interval: 1h
+sources:
+  - id: q
+    type: quiet
+sinks:
+  - id: out
+    type: txn
+`))
+	require.NoError(t, err)
+	spec.Sinks[0].Config.(*txnConfig).log = newTxnLog()
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := runInBackground(r)
+	sinkIn := func(n int64) func(pipeline.Status) bool {
+		return func(s pipeline.Status) bool { return node(t, s, "out").Subtasks[0].RecordsIn == n }
+	}
+	feed := func(from, to int) {
+		for i := from; i < to; i++ {
+			testkit.WaitFor(t, sendOn(quiet.feed, i), "the source to read")
+		}
+	}
+
+	feed(0, 10)
+	waitForStatus(t, r, "10 records at the sink", sinkIn(10))
+	_, err = r.TriggerSavepoint(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	s := waitForStatus(t, r, "the savepoint's transaction to be committed", func(s pipeline.Status) bool {
+		return s.Transactions.Commits == 1
+	})
+	require.Zero(t, s.Transactions.Aborts)
+	feed(10, 15)
+	waitForStatus(t, r, "5 more records at the sink", sinkIn(15))
+	r.Cancel()
+	require.Error(t, testkit.WaitFor(t, done, "the run to end"))
+	require.Equal(t, pipeline.TransactionStatus{Commits: 1, Aborts: 1}, r.Status().Transactions,
+		"the 5 records after the savepoint were in the transaction the cancel dropped")
+}
+
+// sendOn sends v on ch from a goroutine; the channel it returns is closed
+// once v was taken.
+func sendOn[T any](ch chan<- T, v T) <-chan struct{} {
+	sent := make(chan struct{})
+	go func() {
+		ch <- v
+		close(sent)
+	}()
+	return sent
 }

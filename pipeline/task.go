@@ -171,8 +171,9 @@ func (t *task) run(ctx context.Context) (err error) {
 	return t.runInputs(ctx)
 }
 
-// armFlush starts the buffer timeout when records wait in output buffers
-// or in a sink's buffer.
+// armFlush starts the buffer timeout when records wait in output buffers,
+// in a sink's buffer, or in a sink's sample (published at a flush once its
+// period passed).
 func (t *task) armFlush() {
 	if t.armed {
 		return
@@ -628,6 +629,7 @@ func (t *task) runSource(ctx context.Context) error {
 			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
+			t.armFlush() // a sink's sample may wait for its period
 		case <-t.wake.C:
 			t.busy()
 			if err := t.onWake(); err != nil {
@@ -781,6 +783,7 @@ func (t *task) runInputs(ctx context.Context) error {
 			if err := t.flushBuffers(ctx); err != nil {
 				return err
 			}
+			t.armFlush() // a sink's sample may wait for its period
 			continue
 		case 2:
 			return context.Canceled
