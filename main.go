@@ -4,6 +4,8 @@ package main
 import (
 	"os"
 
+	// The web dashboard at GET / of the admin endpoint (admin.UI).
+	_ "github.com/eddy-stream/eddy/admin/ui"
 	"github.com/eddy-stream/eddy/cmd"
 )
 
