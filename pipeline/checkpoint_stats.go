@@ -45,6 +45,9 @@ type CheckpointRecord struct {
 	// Acknowledged of Tasks tasks took their snapshot.
 	Acknowledged int `json:"acknowledged"`
 	Tasks        int `json:"tasks"`
+	// AlignmentMS is the longest barrier alignment of the tasks that
+	// acknowledged: how long one held an input back.
+	AlignmentMS int64 `json:"alignment_ms"`
 	// StateBytes and DeltaParts are the keyed state written, once every
 	// part is.
 	StateBytes int64  `json:"state_bytes"`
@@ -101,13 +104,15 @@ func (m *Metrics) checkpointTriggered(id int64, kind string, final bool, at time
 	m.checkpointsInFlight.Set(float64(len(h.inProgress)))
 }
 
-// checkpointAcked records a task's acknowledgement of checkpoint id.
-func (m *Metrics) checkpointAcked(id int64) {
+// checkpointAcked records a task's acknowledgement of checkpoint id,
+// after it aligned its barriers for alignment.
+func (m *Metrics) checkpointAcked(id int64, alignment time.Duration) {
 	h := &m.history
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if r := h.inProgress[id]; r != nil {
 		r.Acknowledged++
+		r.AlignmentMS = max(r.AlignmentMS, alignment.Milliseconds())
 	}
 }
 

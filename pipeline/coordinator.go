@@ -423,7 +423,7 @@ func (c *coordinator) onAck(a Ack) {
 		return // expired or aborted
 	}
 	f.acked++
-	c.metrics.checkpointAcked(f.id)
+	c.metrics.checkpointAcked(f.id, a.Alignment)
 	parts := map[string][]byte{}
 	for id, pos := range a.Positions {
 		parts[sourcePart(id, a.Subtask)] = pos

@@ -65,6 +65,9 @@ type Ack struct {
 	States map[string]statestore.Snapshot
 	// Committables holds what 2PC sinks pre-committed, by sink id.
 	Committables map[string][]byte
+	// Alignment is how long the task held inputs that had delivered the
+	// barrier, waiting for it on the others.
+	Alignment time.Duration
 }
 
 // Job is a running plan: one goroutine per task (chain subtask).

@@ -261,7 +261,7 @@ func (t *task) checkpoint(ctx context.Context, b Barrier, first time.Time) error
 	if first.IsZero() {
 		first = start // a source head's barrier arrives when the task takes it
 	}
-	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask}
+	ack := Ack{Checkpoint: b.ID, Chain: t.chain.Index, Subtask: t.subtask, Alignment: start.Sub(first)}
 	if t.head.src != nil {
 		ack.Positions = map[string][]byte{t.head.node.ID: slices.Clone(t.position)}
 		if t.wmGen != nil && t.wmGen.emitted != MinWatermark {
