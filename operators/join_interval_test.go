@@ -274,7 +274,7 @@ func TestIntervalJoinMatchesNestedLoops(t *testing.T) {
 	for _, withLate := range []bool{false, true} {
 		for _, typ := range []string{"inner", "left", "right", "full"} {
 			t.Run(fmt.Sprintf("%s/late=%t", typ, withLate), func(t *testing.T) {
-				for i := range 150 {
+				for i := range 100 {
 					seed := uint64(i)
 					rng := rand.New(rand.NewPCG(seed, 7))
 					c := randomIvCase(rng, typ, withLate)
