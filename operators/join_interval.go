@@ -18,19 +18,19 @@ import (
 // A left record at tl joins the right records of its key at tr in
 // [tl + lower, tl + upper]. Each side keeps, per key, one buffer of the
 // records that may still join a later record of the other side, sorted by
-// time: the accumulator of an AggregatingState, so that the operator
-// changes it in place (the memory backend copies it first when a snapshot
-// shares it), one state entry and one lookup per record and side rather
-// than one per timestamp. Both sides' buffers are namespaces of one state
-// ("left" and "right"), so that the lookup of the other side's buffer and
-// the write to the own one reach the same entry of the key. A record can join no later record once
-// the watermark reaches its close time (closeAt); one event-time timer
-// per key and side, at the close time of the buffer's first record, drops
-// the records it has closed, and emits the unmatched ones of an outer
-// side.
+// time: one state entry and one lookup per record and side, rather than
+// one per timestamp. The buffers are the accumulators of an
+// AggregatingState, which the operator changes in place (the memory
+// backend copies one first when a snapshot shares it); both sides are
+// namespaces of it ("left" and "right"), so that the lookup of the other
+// side's buffer and the write to the own one reach the same entry of the
+// key. A record can join no later record once the watermark reaches its
+// close time (closeAt): one event-time timer per key and side, at the
+// close time of the buffer's first record, drops the records it has
+// closed and emits the unmatched ones of an outer side.
 type intervalJoin struct {
 	joinBase
-	// bufs are the buffers, by key and side (namespace sideNames[side]).
+	// bufs are the buffers, by key and side (namespace ivNS[side]).
 	bufs statestore.AggregatingState[*ivOp, ivBuffer, ivBuffer]
 	// op is the change being applied to a buffer (reused: no allocation).
 	op ivOp
@@ -82,8 +82,8 @@ type ivOp struct {
 	prev    int64
 }
 
-// ns are the namespaces of each side's buffers and cleanup timers.
-var ns = sideNames
+// ivNS are the namespaces of each side's buffers and cleanup timers.
+var ivNS = sideNames
 
 // Open sets up the shared parts and registers the buffers' state.
 func (j *intervalJoin) Open(_ context.Context, oc *pipeline.OperatorContext) error {
@@ -93,8 +93,8 @@ func (j *intervalJoin) Open(_ context.Context, oc *pipeline.OperatorContext) err
 	var err error
 	j.bufs, err = statestore.RegisterAggregating(j.backend, statestore.AggregatingDescriptor[*ivOp, ivBuffer, ivBuffer]{
 		Name:   oc.ID + "/interval",
-		Add:    applyOp,
-		Merge:  mergeBuffers,
+		Add:    applyIvOp,
+		Merge:  mergeIvBuffers,
 		Result: func(b ivBuffer) ivBuffer { return b },
 		Copy:   slices.Clone[ivBuffer],
 	})
@@ -104,9 +104,9 @@ func (j *intervalJoin) Open(_ context.Context, oc *pipeline.OperatorContext) err
 	return nil
 }
 
-// applyOp applies op to the writable buffer b (nil for a new one) and
+// applyIvOp applies op to the writable buffer b (nil for a new one) and
 // returns it: the AggregatingState's Add.
-func applyOp(b ivBuffer, op *ivOp) ivBuffer {
+func applyIvOp(b ivBuffer, op *ivOp) ivBuffer {
 	switch op.kind {
 	case ivInsert:
 		i := len(b)
@@ -119,7 +119,7 @@ func applyOp(b ivBuffer, op *ivOp) ivBuffer {
 		}
 		return slices.Insert(b, i, op.entry)
 	case ivMark:
-		for i := firstAtOrAfter(b, op.lo); i < len(b) && b[i].Time <= op.hi; i++ {
+		for i := ivFirstAtOrAfter(b, op.lo); i < len(b) && b[i].Time <= op.hi; i++ {
 			b[i].Matched = true
 		}
 	case ivDrop:
@@ -128,16 +128,16 @@ func applyOp(b ivBuffer, op *ivOp) ivBuffer {
 	return b
 }
 
-// mergeBuffers merges buffer src into acc in time order, which an
+// mergeIvBuffers merges buffer src into acc in time order, which an
 // AggregatingState requires; the join never merges namespaces.
-func mergeBuffers(acc, src ivBuffer) ivBuffer {
+func mergeIvBuffers(acc, src ivBuffer) ivBuffer {
 	acc = append(acc, src...)
 	slices.SortStableFunc(acc, func(a, b ivEntry) int { return cmpInt64(a.Time, b.Time) })
 	return acc
 }
 
-// firstAtOrAfter returns the index of the first entry with time >= t.
-func firstAtOrAfter(es []ivEntry, t int64) int {
+// ivFirstAtOrAfter returns the index of the first entry with time >= t.
+func ivFirstAtOrAfter(es []ivEntry, t int64) int {
 	i, _ := slices.BinarySearchFunc(es, t, func(e ivEntry, t int64) int {
 		if e.Time < t {
 			return -1
@@ -209,8 +209,8 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 	other := 1 - side
 	lo, hi := j.partnerRange(side, r.Time)
 	matched, mark := false, false
-	if buf, ok := j.bufs.Accumulator(r.Key, ns[other]); ok {
-		for i := firstAtOrAfter(buf, lo); i < len(buf) && buf[i].Time <= hi; i++ {
+	if buf, ok := j.bufs.Accumulator(r.Key, ivNS[other]); ok {
+		for i := ivFirstAtOrAfter(buf, lo); i < len(buf) && buf[i].Time <= hi; i++ {
 			e := &buf[i]
 			matched = true
 			mark = mark || !e.Matched
@@ -225,7 +225,7 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 	}
 	if mark && j.plan.typ.keepsUnmatched(other) {
 		j.op = ivOp{kind: ivMark, lo: lo, hi: hi}
-		j.bufs.Add(r.Key, ns[other], &j.op)
+		j.bufs.Add(r.Key, ivNS[other], &j.op)
 	}
 	if j.closeAt(side, r.Time) <= j.wm {
 		if !matched && j.plan.typ.keepsUnmatched(side) {
@@ -234,12 +234,12 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 		return nil
 	}
 	j.op = ivOp{kind: ivInsert, entry: ivEntry{Time: r.Time, Fields: r.Fields, Matched: matched}}
-	j.bufs.Add(r.Key, ns[side], &j.op)
+	j.bufs.Add(r.Key, ivNS[side], &j.op)
 	if j.op.first {
 		if j.op.hadPrev {
-			j.timers.DeleteEventTimer(r.Key, ns[side], j.closeAt(side, j.op.prev))
+			j.timers.DeleteEventTimer(r.Key, ivNS[side], j.closeAt(side, j.op.prev))
 		}
-		j.timers.RegisterEventTimer(r.Key, ns[side], j.closeAt(side, r.Time))
+		j.timers.RegisterEventTimer(r.Key, ivNS[side], j.closeAt(side, r.Time))
 	}
 	j.op.entry = ivEntry{}
 	return nil
@@ -284,8 +284,8 @@ func (j *intervalJoin) Finish(out pipeline.Emitter) error { return j.flush(out, 
 func (j *intervalJoin) expire(t statestore.Timer) error {
 	side := sideLeft
 	switch t.Namespace {
-	case ns[sideLeft]:
-	case ns[sideRight]:
+	case ivNS[sideLeft]:
+	case ivNS[sideRight]:
 		side = sideRight
 	default:
 		return fmt.Errorf("join: a timer of unknown namespace %q", t.Namespace)

@@ -249,9 +249,9 @@ func (c *ivCase) run(t *testing.T, rng *rand.Rand, bk int, steps []ivStep) (rows
 	return rows, accepted, late
 }
 
-// shuffled returns steps with the records between two watermarks (or
+// ivShuffled returns steps with the records between two watermarks (or
 // restarts) in a random order.
-func shuffled(rng *rand.Rand, steps []ivStep) []ivStep {
+func ivShuffled(rng *rand.Rand, steps []ivStep) []ivStep {
 	out := slices.Clone(steps)
 	start := 0
 	for i := 0; i <= len(out); i++ {
@@ -288,7 +288,7 @@ func TestIntervalJoinMatchesNestedLoops(t *testing.T) {
 						require.Empty(t, late, "seed %d", seed)
 					}
 					for range 2 {
-						again, acceptedAgain, _ := c.run(t, rng, bk, shuffled(rng, c.steps))
+						again, acceptedAgain, _ := c.run(t, rng, bk, ivShuffled(rng, c.steps))
 						if !withLate {
 							require.Equal(t, rows, again, "seed %d: another arrival order", seed)
 						}
@@ -386,7 +386,7 @@ func benchIntervalJoin(b *testing.B, sel string) {
 		peak = max(peak, 2*timers.Len(statestore.EventTime))
 	}
 	elapsed := time.Since(start)
-	if entries := countStateEntries(b, backend); entries != timers.Len(statestore.EventTime) {
+	if entries := ivStateEntries(b, backend); entries != timers.Len(statestore.EventTime) {
 		b.Fatalf("%d buffers, %d timers: want one timer per buffer", entries, timers.Len(statestore.EventTime))
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/elapsed.Seconds(), "events/s")
@@ -450,9 +450,9 @@ sinks:
 	b.ReportMetric(float64(b.N)*2*perSide/time.Since(start).Seconds(), "events/s")
 }
 
-// countStateEntries counts the (key, namespace) entries of every state of
+// ivStateEntries counts the (key, namespace) entries of every state of
 // backend (key groups 0 to 127).
-func countStateEntries(tb testing.TB, backend statestore.Backend) int {
+func ivStateEntries(tb testing.TB, backend statestore.Backend) int {
 	n := 0
 	for _, name := range backend.StateNames() {
 		st, err := backend.State(name)
