@@ -407,7 +407,9 @@ func benchIntervalJoin(b *testing.B, sel string) {
 // hash partitioning of two inputs, watermarks) as well as the join, and
 // reports input events/s.
 func BenchmarkIntervalJoinPipeline(b *testing.B) {
-	b.Run("select", func(b *testing.B) { benchIntervalJoinPipeline(b, "      select: {id: left.id, lv: left.v, rv: right.v}\n") })
+	b.Run("select", func(b *testing.B) {
+		benchIntervalJoinPipeline(b, "      select: {id: left.id, lv: left.v, rv: right.v}\n")
+	})
 	b.Run("merge", func(b *testing.B) { benchIntervalJoinPipeline(b, "") })
 }
 
