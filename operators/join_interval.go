@@ -335,3 +335,21 @@ func (j *intervalJoin) flush(out pipeline.Emitter, err error) error {
 	}
 	return err
 }
+
+// WatermarkHold implements pipeline.WatermarkHolder: an outer join emits
+// a record's padded row, with the record's time, once the watermark passed
+// the record's close (its time + upper + lateness for a left record, time
+// - lower + lateness for a right one), so its output watermark stays that
+// far behind for the rows not to be late downstream. An inner join's rows
+// carry the later time of their pair, which is never behind.
+func (j *intervalJoin) WatermarkHold() int64 {
+	p := j.plan
+	var hold int64
+	if p.typ.keepsUnmatched(sideLeft) {
+		hold = max(hold, p.upper+p.lateness)
+	}
+	if p.typ.keepsUnmatched(sideRight) {
+		hold = max(hold, p.lateness-p.lower)
+	}
+	return hold
+}

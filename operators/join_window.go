@@ -537,3 +537,15 @@ func (j *windowJoin) emitPair(l, r map[string]any, key string) error {
 	j.out = append(j.out, rec)
 	return nil
 }
+
+// WatermarkHold implements pipeline.WatermarkHolder: with
+// allowed_lateness, an outer join emits its padded rows when a window is
+// purged (end - 1 + lateness), with the window's time (end - 1), so its
+// output watermark stays lateness behind for them not to be late
+// downstream.
+func (j *windowJoin) WatermarkHold() int64 {
+	if j.plan.typ == joinInner {
+		return 0
+	}
+	return j.plan.lateness
+}

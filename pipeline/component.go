@@ -93,6 +93,19 @@ type WatermarkHandler interface {
 	OnWatermark(wm int64, out Emitter) error
 }
 
+// WatermarkHolder is implemented by operators that emit records behind
+// their input watermark: an outer interval join emits a record's padded
+// row, with the record's time, only once the watermark passed that time by
+// the join's bound. WatermarkHold returns by how much (ms, >= 0) the
+// watermark the operator's output carries stays behind its input's, so
+// that such rows are not late downstream (Flink's interval join holds its
+// output watermark back the same way). Only a chain's head may hold: the
+// runtime calls OnWatermark of the head with its input watermark, and of
+// the nodes after it, and downstream tasks, with the held one.
+type WatermarkHolder interface {
+	WatermarkHold() int64
+}
+
 // Finisher is implemented by operators that hold records back. Finish is
 // called on the task goroutine once all inputs ended, after the final
 // watermark; it emits what is left before end-of-input goes downstream.

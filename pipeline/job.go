@@ -466,6 +466,9 @@ func (j *Job) newTask(c *Chain, sub int, chans map[*Edge][][]chan Batch) (*task,
 		t.stages = append(t.stages, s)
 	}
 	t.head = t.stages[0]
+	if h, ok := t.head.op.(WatermarkHolder); ok {
+		t.hold = h.WatermarkHold()
+	}
 	// Wire outputs: chained children first, then writers, per stream.
 	for _, s := range t.stages {
 		streams := map[string][]Emitter{}

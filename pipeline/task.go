@@ -94,6 +94,8 @@ type task struct {
 	align *barrierAligner
 	// cpGauges describe the newest checkpoint the task took.
 	cpGauges TaskCheckpointGauges
+	// hold is how far the head holds the watermark back (WatermarkHolder).
+	hold int64
 	// position is the source head's position after the last emitted record.
 	position []byte
 	// committed is the last checkpoint whose completion the task handled;
@@ -238,19 +240,38 @@ func (t *task) advance(wm int64) error {
 		return nil
 	}
 	t.wm = wm
-	t.stats.wm.Store(wm)
 	t.idle = false
+	in := wm
 	for _, s := range t.stages {
 		if s.wmh != nil {
 			if err := s.wmh.OnWatermark(wm, s.out); err != nil {
 				return fmt.Errorf("step %q at watermark %d: %w", s.node.ID, wm, err)
 			}
 		}
+		if s == t.head {
+			wm = heldWatermark(wm, t.hold)
+		}
 	}
+	t.stats.wm.Store(wm)
 	if wm != MaxWatermark {
 		t.wmGauge.Set(float64(wm))
 	}
+	if wm == MinWatermark && in != MinWatermark {
+		return nil // held back to before the first watermark
+	}
 	return t.broadcast(&Control{Kind: ControlWatermark, Watermark: wm})
+}
+
+// heldWatermark is wm held back by hold ms (WatermarkHolder); the end of
+// event time stays the end, and the start stays the start.
+func heldWatermark(wm, hold int64) int64 {
+	switch {
+	case hold <= 0 || wm == MaxWatermark:
+		return wm
+	case wm < MinWatermark+hold:
+		return MinWatermark
+	}
+	return wm - hold
 }
 
 // checkpoint captures the chain's state at barrier b, whose first copy
