@@ -386,7 +386,7 @@ func benchIntervalJoin(b *testing.B, sel string) {
 		peak = max(peak, 2*timers.Len(statestore.EventTime))
 	}
 	elapsed := time.Since(start)
-	if entries := ivStateEntries(b, backend); entries != timers.Len(statestore.EventTime) {
+	if entries := stateEntries(b, backend); entries != timers.Len(statestore.EventTime) {
 		b.Fatalf("%d buffers, %d timers: want one timer per buffer", entries, timers.Len(statestore.EventTime))
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/elapsed.Seconds(), "events/s")
@@ -455,24 +455,4 @@ sources:
 		}
 	}
 	b.ReportMetric(float64(b.N)*2*perSide/time.Since(start).Seconds(), "events/s")
-}
-
-// ivStateEntries counts the (key, namespace) entries of every state of
-// backend (key groups 0 to 127).
-func ivStateEntries(tb testing.TB, backend statestore.Backend) int {
-	n := 0
-	for _, name := range backend.StateNames() {
-		st, err := backend.State(name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for g := range 128 {
-			for key := range st.Keys(g) {
-				for range st.Namespaces(key) {
-					n++
-				}
-			}
-		}
-	}
-	return n
 }

@@ -229,7 +229,7 @@ func runTemporal(t *testing.T, rng *rand.Rand, yaml string, evs []tjEvent) []pip
 	}
 	require.NoError(t, r.op.OnWatermark(pipeline.MaxWatermark, &r.out))
 	require.NoError(t, r.op.Finish(&r.out))
-	require.Zero(t, temporalStateEntries(r), "state after the final watermark")
+	require.Zero(t, stateEntries(r.t, r.backend)+timerCount(r.backend, r.info.ID), "state after the final watermark")
 	return r.out.records
 }
 
@@ -253,25 +253,6 @@ func checkTemporalPruned(t *testing.T, op *temporalJoin, evs []tjEvent, wm int64
 		}
 		require.LessOrEqual(t, old, 1, "key %s: versions at or before the watermark %d: %v", e.k, wm, vs)
 	}
-}
-
-// temporalStateEntries counts the state entries and timers of the rig's
-// backend.
-func temporalStateEntries(r *temporalRig) int {
-	n := 0
-	for _, name := range r.backend.StateNames() {
-		st, err := r.backend.State(name)
-		require.NoError(r.t, err)
-		for g := range 128 {
-			for key := range st.Keys(g) {
-				for range st.Namespaces(key) {
-					n++
-				}
-			}
-		}
-	}
-	ts := r.backend.TimerService(r.info.ID)
-	return n + ts.Len(statestore.EventTime) + ts.Len(statestore.ProcessingTime)
 }
 
 // TestTemporalJoinProperty: for random inputs, in random arrival orders

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 	"github.com/eddy-stream/eddy/statestore/statestoretest"
 )
 
@@ -450,7 +449,7 @@ func (w *wjRun) checkEnd(ref *wjRef, exact bool) {
 		require.Empty(t, w.late)
 		require.Equal(t, float64(len(ref.late)), w.dropped+pipeline.CounterValue(w.p.metrics.LateDropped(w.p.info)))
 	}
-	require.Zero(t, wjStateAndTimers(t, w.p.backend, "s"), "state left after the final watermark")
+	require.Zero(t, stateEntries(t, w.p.backend)+timerCount(w.p.backend, "s"), "state left after the final watermark")
 }
 
 // wjRequireRowsWithin checks that got has the rows of want, each pair once,
@@ -476,26 +475,6 @@ func wjRequireRowsWithin(t *testing.T, want, got []wjRow) {
 		}
 		require.True(t, w.start <= g.start && g.end <= w.end, "row %+v: the final session is %+v", g, w)
 	}
-}
-
-// wjStateAndTimers counts the (key, namespace) entries of every state of b
-// and the timers of the service named id.
-func wjStateAndTimers(t *testing.T, b statestore.Backend, id string) int {
-	n := 0
-	for _, name := range b.StateNames() {
-		st, err := b.State(name)
-		require.NoError(t, err)
-		start, end := b.KeyGroupRange()
-		for g := start; g < end; g++ {
-			for key := range st.Keys(g) {
-				for range st.Namespaces(key) {
-					n++
-				}
-			}
-		}
-	}
-	ts := b.TimerService(id)
-	return n + ts.Len(statestore.EventTime) + ts.Len(statestore.ProcessingTime)
 }
 
 // wjOp is a join operator opened on its own memory backend, with

@@ -380,11 +380,18 @@ func (s *scenario) flushBatch() {
 // stateEntries counts the (key, namespace) entries of every state of the
 // backend and its timers.
 func (s *scenario) stateEntries() int64 {
-	var n int64
-	for _, name := range s.backend.StateNames() {
-		st, err := s.backend.State(name)
-		require.NoError(s.t, err)
-		for g := range 128 {
+	return int64(stateEntries(s.t, s.backend) + timerCount(s.backend, s.info.ID))
+}
+
+// stateEntries counts the (key, namespace) entries of every state of b
+// (over its key groups), what an operator holds besides its timers.
+func stateEntries(tb testing.TB, b statestore.Backend) int {
+	n := 0
+	start, end := b.KeyGroupRange()
+	for _, name := range b.StateNames() {
+		st, err := b.State(name)
+		require.NoError(tb, err)
+		for g := start; g < end; g++ {
 			for key := range st.Keys(g) {
 				for range st.Namespaces(key) {
 					n++
@@ -392,8 +399,13 @@ func (s *scenario) stateEntries() int64 {
 			}
 		}
 	}
-	ts := s.backend.TimerService(s.info.ID)
-	return n + int64(ts.Len(statestore.EventTime)+ts.Len(statestore.ProcessingTime))
+	return n
+}
+
+// timerCount counts the timers of the timer service id of b.
+func timerCount(b statestore.Backend, id string) int {
+	ts := b.TimerService(id)
+	return ts.Len(statestore.EventTime) + ts.Len(statestore.ProcessingTime)
 }
 
 // call runs one operator call and checks it emitted at most once per output.
