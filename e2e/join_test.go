@@ -108,12 +108,12 @@ func joinWant(t *testing.T, typ string, n int) []string {
 }
 
 // joinEnv is the environment of a run of testdata/join_interval.yaml with
-// n records a side, join type typ, parallelism par, output out and state
-// dir state.
+// n records a side, join type typ, parallelism par (of the output sink
+// too), output out and state dir state.
 func joinEnv(typ string, n, par int, out, state string) map[string]string {
 	return map[string]string{
 		"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state, "CRASH_OUT": out,
-		"JOIN_TYPE": typ, "JOIN_PARALLELISM": strconv.Itoa(par),
+		"JOIN_TYPE": typ, "JOIN_PARALLELISM": strconv.Itoa(par), "JOIN_SINK_PARALLELISM": strconv.Itoa(par),
 		"JOIN_ORDERS": strconv.Itoa(n), "JOIN_PAYMENTS": strconv.Itoa(n), "JOIN_RATE": strconv.Itoa(joinRate),
 	}
 }
@@ -193,10 +193,13 @@ func TestJoinCrashRecovery(t *testing.T) {
 }
 
 // TestJoinCrashRescale SIGKILLs the left outer interval join at random
-// moments and restarts it each time with another parallelism of the whole
-// pipeline (1 to 4): the join's keyed state and timers are redistributed
-// by key group, the generators' positions rescale, and the committed
-// output is still the computed join, each row once.
+// moments and restarts it each time with another parallelism (1 to 4) of
+// the sources and the join: the join's keyed state and timers are
+// redistributed by key group, the generators' positions rescale, and the
+// committed output is still the computed join, each row once. The output
+// sink stays at 2: a file sink subtask that a restart drops leaves its
+// in-progress part behind (each subtask deletes only its own), which
+// TestJoinRescaleSavepoint's stops never leave.
 func TestJoinCrashRescale(t *testing.T) {
 	kills, rng := rescaleCrashSetup(t, 401)
 	n := joinRecords
@@ -206,6 +209,7 @@ func TestJoinCrashRescale(t *testing.T) {
 	work := crashWorkDir(t)
 	out := filepath.Join(work, "out")
 	env := joinEnv("left", n, 2, out, filepath.Join(work, "state"))
+	env["JOIN_SINK_PARALLELISM"] = "2"
 	pars := []string{"2"}
 	draw := func() (int, time.Duration, string) {
 		next := env["JOIN_PARALLELISM"]
@@ -353,6 +357,39 @@ func TestJoinIdleSide(t *testing.T) {
 	require.Equal(t, procResult{}, p.wait(t), "stderr:\n%s", p.log.text())
 	require.Equal(t, "stopped", summary(t, p.log.text()).status)
 	requireJoinOutput(t, out, canonicalLines(t, want), "orders padded while the payments side is idle, then joined")
+
+	// The state of the final savepoint holds the open orders and none of
+	// the closed ones: their times (multiples of 100ms after joinBase)
+	// appear in it for orders 89..99 only.
+	stopped := p.log.find("stopped with a savepoint")
+	require.Len(t, stopped, 1, "stderr:\n%s", p.log.text())
+	state := joinStepState(t, work, stopped[0].Path, "paid")
+	for i := range orders {
+		ts := strconv.FormatInt(joinBase+int64(i)*100, 10)
+		if i < closed {
+			require.NotContains(t, state, ts, "order %d was closed, but its time is still in the join's state:\n%s", i, state)
+		} else {
+			require.Contains(t, state, ts, "order %d is open, but its time is not in the join's state:\n%s", i, state)
+		}
+	}
+}
+
+// joinStepState returns the keyed state and timers of step in the
+// savepoint sp, as the JSON text that `eddy state inspect` prints.
+func joinStepState(t *testing.T, dir, sp, step string) string {
+	t.Helper()
+	r := eddy(t, dir, nil, "state", "inspect", "--step", step, sp)
+	require.Equal(t, 0, r.code, r.stderr)
+	var st struct {
+		Steps []struct {
+			ID        string          `json:"id"`
+			KeyGroups json.RawMessage `json:"key_groups"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.Len(t, st.Steps, 1, r.stdout)
+	require.Equal(t, step, st.Steps[0].ID)
+	return string(st.Steps[0].KeyGroups)
 }
 
 // waitForCommitted polls dir until its committed part files hold at least
