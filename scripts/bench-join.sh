@@ -4,7 +4,7 @@
 # into a blackhole sink (bench/join/KIND.yaml), against a baseline of the same
 # two generators straight into blackholes (bench/join/baseline.yaml), run
 # alternately in the same command. Kinds: interval (bounds -5s/+10s),
-# regular (ttl 1s) and temporal; a kind whose operator this build does not
+# regular (unique keys, ttl 10s) and temporal; a kind whose operator this build does not
 # implement yet is reported as skipped.
 #
 # For each pipeline, of its fastest run: input events/s (both sides
@@ -17,8 +17,11 @@
 #   BENCH_EVENTS=1000000 BENCH_RUNS=5 BENCH_KINDS=interval scripts/bench-join.sh
 #   BENCH_PROFILE=10 BENCH_KINDS=interval scripts/bench-join.sh
 #                                             # also a 10s CPU profile of the
-#                                             # first run of each kind
+#                                             # first run of each kind, into
+#                                             # ./bench-join-KIND.pprof
+#   BENCH_EDDY=/path/to/eddy scripts/bench-join.sh   # that binary, no build
 set -euo pipefail
+here=$PWD
 cd "$(dirname "$0")/.."
 
 events=${BENCH_EVENTS:-3000000}
@@ -29,7 +32,11 @@ export BENCH_EVENTS=$events BENCH_PARALLELISM=${BENCH_PARALLELISM:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-go build -o "$work/eddy" .
+if [ -n "${BENCH_EDDY:-}" ]; then
+  cp "$BENCH_EDDY" "$work/eddy"
+else
+  go build -o "$work/eddy" .
+fi
 
 now() { date +%s%N; }
 
@@ -68,15 +75,15 @@ run() {
 
 # profileRun NAME ADDR_FILE PID: once the run writes its admin address,
 # takes a CPU profile of BENCH_PROFILE seconds into bench-join-NAME.pprof
-# (for go tool pprof) in the working directory.
+# (for go tool pprof) in the directory the script was started from.
 profileRun() {
   local name=$1 addr_file=$2 pid=$3
   while [ ! -s "$addr_file" ]; do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.01
   done
-  curl -sf -o "bench-join-$name.pprof" "http://$(cat "$addr_file")/debug/pprof/profile?seconds=$profile" &&
-    echo "CPU profile of $name: bench-join-$name.pprof (go tool pprof -top $work/eddy bench-join-$name.pprof)" >&2
+  curl -sf -o "$here/bench-join-$name.pprof" "http://$(cat "$addr_file")/debug/pprof/profile?seconds=$profile" &&
+    echo "CPU profile of $name: $here/bench-join-$name.pprof (go tool pprof -top $here/bench-join-$name.pprof)" >&2
 }
 
 declare -A best cpu peak rss written skipped
@@ -96,6 +103,10 @@ for i in $(seq "$runs"); do
       exit 1
     fi
     written[$name]=$w
+    if [ "$name" = regular ] && [ "$w" != "$events" ]; then
+      echo "regular wrote $w records, not $events: rows expired before their match arrived (raise its ttl)" >&2
+      exit 1
+    fi
     if [ -z "${best[$name]:-}" ] || [ "$ns" -lt "${best[$name]}" ]; then
       best[$name]=$ns cpu[$name]=$c peak[$name]=$p rss[$name]=$m
     fi
