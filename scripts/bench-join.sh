@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Whole-pipeline benchmark of the join step: two generated streams of
-# BENCH_EVENTS records each (10,000 keys, 1ms of event time a record) joined
-# into a blackhole sink (bench/join/KIND.yaml), against a baseline of the same
-# two generators straight into blackholes (bench/join/baseline.yaml), run
-# alternately in the same command. Kinds: interval (bounds -5s/+10s),
-# regular (unique keys, ttl 10s) and temporal; a kind whose operator this build does not
-# implement yet is reported as skipped.
+# BENCH_EVENTS records each (1ms of event time a record) joined into a
+# blackhole sink (bench/join/KIND.yaml), against a baseline of the same two
+# generators straight into blackholes (bench/join/baseline.yaml), run
+# alternately in the same command. Kinds: interval (10,000 keys, bounds
+# -5s/+10s), regular (unique keys, ttl 10s) and temporal (10,000 keys); a
+# kind whose operator this build does not implement yet is reported as
+# skipped.
 #
 # For each pipeline, of its fastest run: input events/s (both sides
 # counted), the ratio to the baseline's, CPU seconds (user + system) per
