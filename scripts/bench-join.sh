@@ -47,10 +47,13 @@ now() { date +%s%N; }
 # join is not implemented by this build.
 run() {
   local name=$1 n=$2 state="$work/state-$1-$2" log="$work/log-$1-$2"
-  local t0 t1 rc=0 prof_pid=
+  local t0 t1 rc=0 prof_pid= timer=()
+  # Peak RSS from GNU time where there is one; CPU from the shell's times.
+  [ -x /usr/bin/time ] && timer=(/usr/bin/time -f '%M' -o "$work/rss")
+  echo 0 >"$work/rss"
   t0=$(now)
   EDDY_LOG_FORMAT=json EDDY_STATE_DIR="$state" \
-    /usr/bin/time -f '%U %S %M' -o "$work/time" "$work/eddy" run "bench/join/$name.yaml" 2>"$log" &
+    "${timer[@]}" "$work/eddy" run "bench/join/$name.yaml" 2>"$log" &
   local pid=$!
   if [ "$profile" != 0 ] && [ "$n" = 1 ] && [ "$name" != baseline ]; then
     profileRun "$name" "$state/bench-join-$name/admin.addr" "$pid" &
@@ -68,11 +71,13 @@ run() {
     tail -5 "$log" >&2
     exit 1
   fi
-  local peak written
+  local peak written cpu
   peak=$(grep '"msg":"checkpoint complete"' "$log" | grep -o '"state_bytes":[0-9]*' | cut -d: -f2 | sort -n | tail -1)
   written=$(grep '"msg":"pipeline finished"' "$log" | grep -o '"records_written":[0-9]*' | cut -d: -f2)
-  read -r user sys rss <"$work/time"
-  echo "$((t1 - t0)) $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }') ${peak:-0} $rss $written"
+  # This function runs in a subshell: its children are this run's.
+  times >"$work/times"
+  cpu=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$work/times")
+  echo "$((t1 - t0)) $cpu ${peak:-0} $(cat "$work/rss") $written"
 }
 
 # profileRun NAME ADDR_FILE PID: once the run writes its admin address,
