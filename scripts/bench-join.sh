@@ -13,7 +13,7 @@
 # million input events, peak keyed state (the largest state_bytes that a
 # checkpoint, every 1s, wrote), peak RSS, and the records the join emitted
 # (in every run those the script computes from the generators' formulas,
-# or it fails).
+# or it fails; the regular join, whose ttl is processing time, only warns).
 #
 #   scripts/bench-join.sh                     # defaults
 #   BENCH_EVENTS=1000000 BENCH_RUNS=5 BENCH_KINDS=interval scripts/bench-join.sh
@@ -137,7 +137,11 @@ for i in $(seq "$runs"); do
     fi
     read -r ns c p m w <<<"$r"
     line="$line $name $((ns / 1000000)) ms"
-    if [ "$name" != baseline ] && [ "$w" != "${want[$name]}" ]; then
+    if [ "$name" = regular ] && [ "$w" != "${want[$name]}" ]; then
+      # Its ttl is processing time: a run that stalls longer (a loaded
+      # machine, a long checkpoint) loses matches.
+      echo "regular wrote $w records in run $i, not ${want[$name]}: rows expired (ttl) before their match arrived" >&2
+    elif [ "$name" != baseline ] && [ "$w" != "${want[$name]}" ]; then
       echo "$name wrote $w records in run $i, not the ${want[$name]} of its join" >&2
       exit 1
     fi
