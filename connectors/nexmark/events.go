@@ -1,0 +1,270 @@
+package nexmark
+
+import "math"
+
+// Event types: the values of event_type.
+const (
+	TypePerson  = 0
+	TypeAuction = 1
+	TypeBid     = 2
+)
+
+// The reference's constants (GeneratorConfig, NexmarkConfiguration and the
+// model generators).
+const (
+	// firstEventID and firstEventNumber are those Flink's source gives
+	// the generator: event n has number n+1 and id n+2.
+	firstEventID     = 1
+	firstEventNumber = 1
+	firstPersonID    = 1000
+	firstAuctionID   = 1000
+	firstCategoryID  = 10
+	numCategories    = 5
+	// personIDLead and auctionIDLead are the ids beyond the last one that
+	// a bid or auction may refer to.
+	personIDLead  = 10
+	auctionIDLead = 10
+	// hotBatch is the reference's HOT_SELLER_RATIO, HOT_AUCTION_RATIO and
+	// HOT_BIDDER_RATIO: a hot id is the first (a bidder: the second) of
+	// its batch of 100.
+	hotBatch            = 100
+	hotChannelsRatio    = 2
+	numInFlightAuctions = 100
+	numActivePeople     = 1000
+	avgPersonByteSize   = 200
+	avgAuctionByteSize  = 500
+	avgBidByteSize      = 100
+)
+
+// Generator makes the events of one configuration, each from its number
+// alone. It is not safe for concurrent use: each subtask has its own.
+type Generator struct {
+	person, auction, total             int64 // proportions
+	hotAuction, hotSellers, hotBidders int32
+	delayUs                            float64 // between two events
+	baseTime                           int64
+	rng                                javaRandom
+	buf                                []byte
+	t                                  *tables
+}
+
+// NewGenerator returns a generator of cfg's events from baseTime (epoch
+// ms); cfg must be valid.
+func NewGenerator(cfg *Config, baseTime int64) *Generator {
+	return &Generator{
+		person: int64(cfg.PersonProportion), auction: int64(cfg.AuctionProportion),
+		total:      int64(cfg.PersonProportion + cfg.AuctionProportion + cfg.BidProportion),
+		hotAuction: int32(cfg.HotAuctionRatio), hotSellers: int32(cfg.HotSellersRatio), hotBidders: int32(cfg.HotBiddersRatio),
+		delayUs:  1_000_000.0 / cfg.Rate,
+		baseTime: baseTime,
+		t:        sharedTables(),
+	}
+}
+
+// timestamp is the reference's timestampForEvent: the base time plus the
+// event number times the inter-event delay, truncated to µs, then to ms.
+func (g *Generator) timestamp(number int64) int64 {
+	return g.baseTime + int64(float64(number)*g.delayUs)/1000
+}
+
+// Event returns the fields of event n (0-based): the reference's
+// NexmarkGenerator.nextEvent for the generator that emitted n events,
+// with its java.util.Random seeded with the event id.
+func (g *Generator) Event(n int64) map[string]any {
+	number := firstEventNumber + n
+	id := firstEventID + number
+	ts := any(g.timestamp(number))
+	g.rng.setSeed(id)
+	rec := make(map[string]any, 5)
+	rec["date_time"] = ts
+	rec["person"], rec["auction"], rec["bid"] = nil, nil, nil
+	switch rem := id % g.total; {
+	case rem < g.person:
+		rec["event_type"] = int64(TypePerson)
+		rec["person"] = g.newPerson(id, ts)
+	case rem < g.person+g.auction:
+		rec["event_type"] = int64(TypeAuction)
+		rec["auction"] = g.newAuction(id, number, ts)
+	default:
+		rec["event_type"] = int64(TypeBid)
+		rec["bid"] = g.newBid(id, ts)
+	}
+	return rec
+}
+
+// newPerson is PersonGenerator.nextPerson.
+func (g *Generator) newPerson(id int64, ts any) map[string]any {
+	r := &g.rng
+	name := g.t.names[int(r.nextInt(int32(len(firstNames))))*len(lastNames)+int(r.nextInt(int32(len(lastNames))))]
+	b := appendString(g.buf[:0], r, 7, ' ')
+	b = append(b, '@')
+	b = appendString(b, r, 5, ' ')
+	b = append(b, ".com"...)
+	email := string(b)
+	b = b[:0]
+	for i := range 4 {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = appendDigits4(b, r.nextInt(10000))
+	}
+	card := string(b)
+	g.buf = b
+	city := g.t.cities[r.nextInt(int32(len(usCities)))]
+	state := g.t.states[r.nextInt(int32(len(usStates)))]
+	size := 8 + len(name.(string)) + len(email) + len(card) + len(city.(string)) + len(state.(string))
+	return map[string]any{
+		"id":            g.lastBase0PersonID(id) + firstPersonID,
+		"name":          name,
+		"email_address": email,
+		"credit_card":   card,
+		"city":          city,
+		"state":         state,
+		"date_time":     ts,
+		"extra":         g.extra(size, avgPersonByteSize),
+	}
+}
+
+// appendDigits4 appends v (0 to 9999) as four digits: String.format("%04d").
+func appendDigits4(b []byte, v int32) []byte {
+	return append(b, byte('0'+v/1000), byte('0'+v/100%10), byte('0'+v/10%10), byte('0'+v%10))
+}
+
+// newAuction is AuctionGenerator.nextAuction; number is the event's.
+func (g *Generator) newAuction(id, number int64, ts any) map[string]any {
+	r := &g.rng
+	var seller int64
+	if r.nextInt(g.hotSellers) > 0 {
+		seller = g.lastBase0PersonID(id) / hotBatch * hotBatch
+	} else {
+		seller = g.nextBase0PersonID(id)
+	}
+	category := firstCategoryID + int64(r.nextInt(numCategories))
+	initialBid := g.nextPrice()
+	expires := ts.(int64) + g.nextAuctionLengthMs(number, ts.(int64))
+	b := appendString(g.buf[:0], r, 20, ' ')
+	name := string(b)
+	b = appendString(b[:0], r, 100, ' ')
+	desc := string(b)
+	g.buf = b
+	reserve := initialBid + g.nextPrice()
+	size := 8 + len(name) + len(desc) + 8 + 8 + 8 + 8 + 8
+	return map[string]any{
+		"id":          g.lastBase0AuctionID(id) + firstAuctionID,
+		"item_name":   name,
+		"description": desc,
+		"initial_bid": initialBid,
+		"reserve":     reserve,
+		"date_time":   ts,
+		"expires":     expires,
+		"seller":      seller + firstPersonID,
+		"category":    category,
+		"extra":       g.extra(size, avgAuctionByteSize),
+	}
+}
+
+// newBid is BidGenerator.nextBid, with its bidder offset by
+// FIRST_PERSON_ID twice (a bidder is the person's id plus 1000).
+func (g *Generator) newBid(id int64, ts any) map[string]any {
+	r := &g.rng
+	var auction int64
+	if r.nextInt(g.hotAuction) > 0 {
+		auction = g.lastBase0AuctionID(id) / hotBatch * hotBatch
+	} else {
+		auction = g.nextBase0AuctionID(id)
+	}
+	var bidder int64
+	if r.nextInt(g.hotBidders) > 0 {
+		bidder = g.lastBase0PersonID(id)/hotBatch*hotBatch + 1
+	} else {
+		bidder = g.nextBase0PersonID(id)
+	}
+	price := g.nextPrice()
+	var channel, url any
+	if r.nextInt(hotChannelsRatio) > 0 {
+		i := r.nextInt(int32(len(hotChannel)))
+		channel, url = g.t.hotChannels[i], g.t.hotURLs[i]
+	} else {
+		i := r.nextInt(numChannels)
+		channel, url = g.t.channels[i], g.t.channelURLs[i]
+	}
+	return map[string]any{
+		"auction":   auction + firstAuctionID,
+		"bidder":    bidder + 2*firstPersonID,
+		"price":     price,
+		"channel":   channel,
+		"url":       url,
+		"date_time": ts,
+		"extra":     g.extra(8+8+8+8, avgBidByteSize),
+	}
+}
+
+// lastBase0PersonID is the id (from 0) of the last person generated at or
+// before event id.
+func (g *Generator) lastBase0PersonID(id int64) int64 {
+	epoch, offset := id/g.total, id%g.total
+	if offset >= g.person {
+		offset = g.person - 1
+	}
+	return epoch*g.person + offset
+}
+
+// lastBase0AuctionID is the id (from 0) of the last auction generated at
+// or before event id.
+func (g *Generator) lastBase0AuctionID(id int64) int64 {
+	epoch, offset := id/g.total, id%g.total
+	switch {
+	case offset < g.person:
+		epoch--
+		offset = g.auction - 1
+	case offset >= g.person+g.auction:
+		offset = g.auction - 1
+	default:
+		offset -= g.person
+	}
+	return epoch*g.auction + offset
+}
+
+// nextBase0PersonID draws one of the active people, or a few ahead.
+func (g *Generator) nextBase0PersonID(id int64) int64 {
+	people := g.lastBase0PersonID(id) + 1
+	active := min(people, numActivePeople)
+	return people - active + g.rng.nextLongN(active+personIDLead)
+}
+
+// nextBase0AuctionID draws one of the auctions likely in flight, or a few
+// ahead.
+func (g *Generator) nextBase0AuctionID(id int64) int64 {
+	last := g.lastBase0AuctionID(id)
+	first := max(last-numInFlightAuctions, 0)
+	return first + g.rng.nextLongN(last-first+1+auctionIDLead)
+}
+
+// nextAuctionLengthMs draws an auction's length: on average the time until
+// numInFlightAuctions more auctions are generated.
+func (g *Generator) nextAuctionLengthMs(number, ts int64) int64 {
+	events := numInFlightAuctions * g.total / g.auction
+	horizon := g.timestamp(number+events) - ts
+	return 1 + g.rng.nextLongN(max(horizon*2, 1))
+}
+
+// nextPrice is PriceGenerator.nextPrice: 10^(6 × nextDouble) × 100, rounded.
+func (g *Generator) nextPrice() int64 {
+	return int64(math.Round(math.Pow(10, g.rng.nextDouble()*6) * 100))
+}
+
+// extra is StringsGenerator.nextExtra: a string that brings size to avg
+// on average (±20%, uniform), cut from the extra table.
+func (g *Generator) extra(size, avg int) string {
+	if size > avg {
+		return ""
+	}
+	avg -= size
+	delta := int32(math.Round(float64(avg) * 0.2))
+	n := int32(avg) - delta
+	if delta != 0 {
+		n += g.rng.nextInt(2 * delta)
+	}
+	offset := g.rng.nextInt(extraTableLen - n)
+	return g.t.extra[offset : offset+n]
+}
