@@ -25,7 +25,7 @@ func init() {
 // DefaultBaseTime is the event time of the timeline's start when
 // base_time is not given: 2015-07-15T00:00:00Z, the fixed base time of
 // Apache Beam's Nexmark, so that runs are reproducible.
-const DefaultBaseTime = 1436918400000
+const DefaultBaseTime int64 = 1436918400000
 
 // Config is the `nexmark` source's configuration. The defaults are the
 // reference's (NexmarkConfiguration).
