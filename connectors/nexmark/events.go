@@ -75,21 +75,17 @@ func (g *Generator) Event(n int64) map[string]any {
 	id := firstEventID + number
 	ts := any(g.timestamp(number))
 	g.rng.setSeed(id)
-	rec := make(map[string]any, 5)
-	rec["date_time"] = ts
-	rec["person"], rec["auction"], rec["bid"] = nil, nil, nil
+	var typ int64
+	var person, auction, bid any
 	switch rem := id % g.total; {
 	case rem < g.person:
-		rec["event_type"] = int64(TypePerson)
-		rec["person"] = g.newPerson(id, ts)
+		typ, person = TypePerson, g.newPerson(id, ts)
 	case rem < g.person+g.auction:
-		rec["event_type"] = int64(TypeAuction)
-		rec["auction"] = g.newAuction(id, number, ts)
+		typ, auction = TypeAuction, g.newAuction(id, number, ts)
 	default:
-		rec["event_type"] = int64(TypeBid)
-		rec["bid"] = g.newBid(id, ts)
+		typ, bid = TypeBid, g.newBid(id, ts)
 	}
-	return rec
+	return map[string]any{"event_type": typ, "person": person, "auction": auction, "bid": bid, "date_time": ts}
 }
 
 // newPerson is PersonGenerator.nextPerson.
@@ -248,10 +244,67 @@ func (g *Generator) nextAuctionLengthMs(number, ts int64) int64 {
 	return 1 + g.rng.nextLongN(max(horizon*2, 1))
 }
 
-// nextPrice is PriceGenerator.nextPrice: 10^(6 × nextDouble) × 100, rounded.
+// nextPrice is PriceGenerator.nextPrice: 10^(6 × nextDouble) × 100,
+// rounded (Java's Math.round is half up; half away from zero is the same
+// for positive numbers).
 func (g *Generator) nextPrice() int64 {
-	return int64(math.Round(math.Pow(10, g.rng.nextDouble()*6) * 100))
+	return int64(math.Round(pow10(g.rng.nextDouble()*6) * 100))
 }
+
+// pow10 is math.Pow(10, y) for 0 <= y < 6, bit for bit, with the parts
+// that depend on y's integer part done once (pow10Steps): Pow's special
+// cases (y = 0.5, which 6 × nextDouble never is, infinities, NaN) are not
+// there. It halves the price's cost, a tenth of an event's.
+func pow10(y float64) float64 {
+	yi, yf := math.Modf(y)
+	a := 1.0
+	if yf != 0 {
+		if yf > 0.5 {
+			yf--
+			yi++
+		}
+		a = math.Exp(yf * ln10)
+	}
+	s := &pow10Steps[int(yi)]
+	for _, f := range s.factors {
+		a *= f
+	}
+	return a * s.scale
+}
+
+// ln10 is math.Log(10), which math.Pow(10, y) computes each time.
+var ln10 = math.Log(10)
+
+// pow10Step is what math.Pow multiplies its fractional power by for one
+// integer part: the mantissas of the squarings of 10 at the part's set
+// bits, in Pow's order, and the power of two of their exponents.
+type pow10Step struct {
+	factors []float64
+	scale   float64
+}
+
+// pow10Steps are the steps of the integer parts 0 to 6 (Pow rounds a
+// fraction above 0.5 up to the next integer).
+var pow10Steps = func() (steps [7]pow10Step) {
+	for k := range steps {
+		x, xe := math.Frexp(10)
+		ae := 0
+		for i := k; i != 0; i >>= 1 {
+			if i&1 == 1 {
+				steps[k].factors = append(steps[k].factors, x)
+				ae += xe
+			}
+			x *= x
+			xe <<= 1
+			if x < .5 {
+				x += x
+				xe--
+			}
+		}
+		steps[k].scale = math.Ldexp(1, ae)
+	}
+	return steps
+}()
 
 // extra is StringsGenerator.nextExtra: a string that brings size to avg
 // on average (±20%, uniform), cut from the extra table.

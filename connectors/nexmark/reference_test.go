@@ -132,3 +132,19 @@ func ints(t *testing.T, v any) any {
 	}
 	return v
 }
+
+// TestPow10: pow10 is math.Pow(10, y), bit for bit, for the exponents
+// nextPrice draws (6 × nextDouble) and at the edges of its integer parts.
+func TestPow10(t *testing.T) {
+	var r javaRandom
+	r.setSeed(99)
+	ys := []float64{0, 1, 2, 5, 0.5 + 1e-16, 1.5, 2.5, 3.5000000000000004, 4.499999999999999, math.Nextafter(6, 0), 1e-300, 6 * 0x1p-53}
+	for range 1_000_000 {
+		ys = append(ys, r.nextDouble()*6)
+	}
+	for _, y := range ys {
+		if got, want := pow10(y), math.Pow(10, y); got != want {
+			require.Failf(t, "pow10 is not math.Pow", "y=%v: %v, not %v", y, got, want)
+		}
+	}
+}
