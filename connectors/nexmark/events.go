@@ -46,6 +46,24 @@ type Generator struct {
 	rng                                javaRandom
 	buf                                []byte
 	t                                  *tables
+	// The last time, hot auction and hot bidder boxed: consecutive events
+	// share them (ten events per ms at the default rate, a hot auction
+	// for 1666 events), so that boxing them allocates seldom.
+	timeBox, hotAuctionBox, hotBidderBox boxed
+}
+
+// boxed is an int64 boxed once for as long as it repeats.
+type boxed struct {
+	v int64
+	a any
+}
+
+// box returns v as an any, the one it returned before if v did not change.
+func (b *boxed) box(v int64) any {
+	if b.a == nil || b.v != v {
+		b.v, b.a = v, v
+	}
+	return b.a
 }
 
 // NewGenerator returns a generator of cfg's events from baseTime (epoch
@@ -73,7 +91,7 @@ func (g *Generator) timestamp(number int64) int64 {
 func (g *Generator) Event(n int64) map[string]any {
 	number := firstEventNumber + n
 	id := firstEventID + number
-	ts := any(g.timestamp(number))
+	ts := g.timeBox.box(g.timestamp(number))
 	g.rng.setSeed(id)
 	var typ int64
 	var person, auction, bid any
@@ -163,17 +181,16 @@ func (g *Generator) newAuction(id, number int64, ts any) map[string]any {
 // FIRST_PERSON_ID twice (a bidder is the person's id plus 1000).
 func (g *Generator) newBid(id int64, ts any) map[string]any {
 	r := &g.rng
-	var auction int64
+	var auction, bidder any
 	if r.nextInt(g.hotAuction) > 0 {
-		auction = g.lastBase0AuctionID(id) / hotBatch * hotBatch
+		auction = g.hotAuctionBox.box(g.lastBase0AuctionID(id)/hotBatch*hotBatch + firstAuctionID)
 	} else {
-		auction = g.nextBase0AuctionID(id)
+		auction = g.nextBase0AuctionID(id) + firstAuctionID
 	}
-	var bidder int64
 	if r.nextInt(g.hotBidders) > 0 {
-		bidder = g.lastBase0PersonID(id)/hotBatch*hotBatch + 1
+		bidder = g.hotBidderBox.box(g.lastBase0PersonID(id)/hotBatch*hotBatch + 1 + 2*firstPersonID)
 	} else {
-		bidder = g.nextBase0PersonID(id)
+		bidder = g.nextBase0PersonID(id) + 2*firstPersonID
 	}
 	price := g.nextPrice()
 	var channel, url any
@@ -185,8 +202,8 @@ func (g *Generator) newBid(id int64, ts any) map[string]any {
 		channel, url = g.t.channels[i], g.t.channelURLs[i]
 	}
 	return map[string]any{
-		"auction":   auction + firstAuctionID,
-		"bidder":    bidder + 2*firstPersonID,
+		"auction":   auction,
+		"bidder":    bidder,
 		"price":     price,
 		"channel":   channel,
 		"url":       url,
