@@ -94,7 +94,7 @@ func (BaseTime) JSONSchema() map[string]any {
 	return map[string]any{"anyOf": []any{
 		map[string]any{"type": "integer"},
 		map[string]any{"const": "now"},
-		map[string]any{"type": "string", "pattern": `\$\{[A-Za-z_][A-Za-z0-9_]*(:[^}]*)?\}`},
+		map[string]any{"$ref": "#/$defs/env_ref"}, // a ${VAR} reference, as every scalar may be
 	}, "description": "epoch milliseconds, or now"}
 }
 
