@@ -38,9 +38,10 @@
 // event number 1): its id is n+2, its type is given by id %
 // (person_proportion + auction_proportion + bid_proportion), 1+3+46 = 50
 // by default (0 person, 1-3 auction, 4-49 bid), and its time is
-// base_time + floor((n+1) × 1e6/rate µs) / 1000 ms. Person and auction ids
+// base_time + floor(floor((n+1) × 1e6/rate µs) / 1000) ms, the delay
+// 1e6/rate a float as in the reference. Person and auction ids
 // start at 1000, categories at 10. Its fields are drawn from a
-// java.util.Random seeded with the event id (Random), in the order the
+// java.util.Random seeded with the event id (javaRandom), in the order the
 // reference draws them, so an event depends on its number only: the set of
 // events does not depend on the parallelism, on timing or on restores.
 //
