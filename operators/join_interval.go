@@ -18,19 +18,20 @@ import (
 // A left record at tl joins the right records of its key at tr in
 // [tl + lower, tl + upper]. Each side keeps, per key, one buffer of the
 // records that may still join a later record of the other side, sorted by
-// time: the accumulator of an AggregatingState, so that the operator
-// changes it in place (the memory backend copies it first when a snapshot
-// shares it), and one state entry and one lookup per record and side
-// rather than one per timestamp. A record can join no later record once
-// the watermark reaches its close time (closeAt); one event-time timer
-// per key and side, at the close time of the buffer's first record, drops
-// the records it has closed, and emits the unmatched ones of an outer
-// side.
+// time: one state entry and one lookup per record and side, rather than
+// one per timestamp. The buffers are the accumulators of an
+// AggregatingState, which the operator changes in place (the memory
+// backend copies one first when a snapshot shares it); both sides are
+// namespaces of it ("left" and "right"), so that the lookup of the other
+// side's buffer and the write to the own one reach the same entry of the
+// key. A record can join no later record once the watermark reaches its
+// close time (closeAt): one event-time timer per key and side, at the
+// close time of the buffer's first record, drops the records it has
+// closed and emits the unmatched ones of an outer side.
 type intervalJoin struct {
 	joinBase
-	// bufs are the buffers of the left and the right side, by key (the
-	// namespace is "").
-	bufs [2]statestore.AggregatingState[*ivOp, *ivBuffer, *ivBuffer]
+	// bufs are the buffers, by key and side (namespace ivNS[side]).
+	bufs statestore.AggregatingState[*ivOp, ivBuffer, ivBuffer]
 	// op is the change being applied to a buffer (reused: no allocation).
 	op ivOp
 	// out gathers the results of a call, emitted once at its end.
@@ -50,11 +51,9 @@ type ivEntry struct {
 }
 
 // ivBuffer is the buffered records of one key on one side, in time order;
-// records of equal time in their order of arrival.
-type ivBuffer struct {
-	_       struct{} `cbor:",toarray"`
-	Entries []ivEntry
-}
+// records of equal time in their order of arrival. The state holds the
+// slice itself, not a pointer to it: one allocation less per buffer.
+type ivBuffer []ivEntry
 
 // ivOpKind is what an ivOp does to a buffer.
 type ivOpKind uint8
@@ -83,64 +82,62 @@ type ivOp struct {
 	prev    int64
 }
 
-// timerNS are the namespaces of the cleanup timers of each side.
-var timerNS = sideNames
+// ivNS are the namespaces of each side's buffers and cleanup timers.
+var ivNS = sideNames
 
-// Open sets up the shared parts and registers the two buffers' states.
+// Open sets up the shared parts and registers the buffers' state.
 func (j *intervalJoin) Open(_ context.Context, oc *pipeline.OperatorContext) error {
 	if err := j.open(oc); err != nil {
 		return err
 	}
-	for side, name := range sideNames {
-		st, err := statestore.RegisterAggregating(j.backend, statestore.AggregatingDescriptor[*ivOp, *ivBuffer, *ivBuffer]{
-			Name:   oc.ID + "/interval/" + name,
-			Create: func() *ivBuffer { return &ivBuffer{} },
-			Add:    applyOp,
-			Merge:  mergeBuffers,
-			Result: func(b *ivBuffer) *ivBuffer { return b },
-			Copy:   func(b *ivBuffer) *ivBuffer { return &ivBuffer{Entries: slices.Clone(b.Entries)} },
-		})
-		if err != nil {
-			return fmt.Errorf("join %q: %w", oc.ID, err)
-		}
-		j.bufs[side] = st
+	var err error
+	j.bufs, err = statestore.RegisterAggregating(j.backend, statestore.AggregatingDescriptor[*ivOp, ivBuffer, ivBuffer]{
+		Name:   oc.ID + "/interval",
+		Add:    applyIvOp,
+		Merge:  mergeIvBuffers,
+		Result: func(b ivBuffer) ivBuffer { return b },
+		Copy:   slices.Clone[ivBuffer],
+	})
+	if err != nil {
+		return fmt.Errorf("join %q: %w", oc.ID, err)
 	}
 	return nil
 }
 
-// applyOp applies op to the writable buffer b: the AggregatingState's Add.
-func applyOp(b *ivBuffer, op *ivOp) *ivBuffer {
+// applyIvOp applies op to the writable buffer b (nil for a new one) and
+// returns it: the AggregatingState's Add.
+func applyIvOp(b ivBuffer, op *ivOp) ivBuffer {
 	switch op.kind {
 	case ivInsert:
-		i := len(b.Entries)
-		for i > 0 && b.Entries[i-1].Time > op.entry.Time { // mostly in order: from the end
+		i := len(b)
+		for i > 0 && b[i-1].Time > op.entry.Time { // mostly in order: from the end
 			i--
 		}
 		op.first = i == 0
-		if op.hadPrev = op.first && len(b.Entries) > 0; op.hadPrev {
-			op.prev = b.Entries[0].Time
+		if op.hadPrev = op.first && len(b) > 0; op.hadPrev {
+			op.prev = b[0].Time
 		}
-		b.Entries = slices.Insert(b.Entries, i, op.entry)
+		return slices.Insert(b, i, op.entry)
 	case ivMark:
-		for i := firstAtOrAfter(b.Entries, op.lo); i < len(b.Entries) && b.Entries[i].Time <= op.hi; i++ {
-			b.Entries[i].Matched = true
+		for i := ivFirstAtOrAfter(b, op.lo); i < len(b) && b[i].Time <= op.hi; i++ {
+			b[i].Matched = true
 		}
 	case ivDrop:
-		b.Entries = slices.Delete(b.Entries, 0, op.n)
+		return slices.Delete(b, 0, op.n)
 	}
 	return b
 }
 
-// mergeBuffers merges buffer src into acc in time order, which an
+// mergeIvBuffers merges buffer src into acc in time order, which an
 // AggregatingState requires; the join never merges namespaces.
-func mergeBuffers(acc, src *ivBuffer) *ivBuffer {
-	acc.Entries = append(acc.Entries, src.Entries...)
-	slices.SortStableFunc(acc.Entries, func(a, b ivEntry) int { return cmpInt64(a.Time, b.Time) })
+func mergeIvBuffers(acc, src ivBuffer) ivBuffer {
+	acc = append(acc, src...)
+	slices.SortStableFunc(acc, func(a, b ivEntry) int { return cmpInt64(a.Time, b.Time) })
 	return acc
 }
 
-// firstAtOrAfter returns the index of the first entry with time >= t.
-func firstAtOrAfter(es []ivEntry, t int64) int {
+// ivFirstAtOrAfter returns the index of the first entry with time >= t.
+func ivFirstAtOrAfter(es []ivEntry, t int64) int {
 	i, _ := slices.BinarySearchFunc(es, t, func(e ivEntry, t int64) int {
 		if e.Time < t {
 			return -1
@@ -212,9 +209,9 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 	other := 1 - side
 	lo, hi := j.partnerRange(side, r.Time)
 	matched, mark := false, false
-	if buf, ok := j.bufs[other].Accumulator(r.Key, ""); ok {
-		for i := firstAtOrAfter(buf.Entries, lo); i < len(buf.Entries) && buf.Entries[i].Time <= hi; i++ {
-			e := &buf.Entries[i]
+	if buf, ok := j.bufs.Accumulator(r.Key, ivNS[other]); ok {
+		for i := ivFirstAtOrAfter(buf, lo); i < len(buf) && buf[i].Time <= hi; i++ {
+			e := &buf[i]
 			matched = true
 			mark = mark || !e.Matched
 			l, rf := r.Fields, e.Fields
@@ -228,7 +225,7 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 	}
 	if mark && j.plan.typ.keepsUnmatched(other) {
 		j.op = ivOp{kind: ivMark, lo: lo, hi: hi}
-		j.bufs[other].Add(r.Key, "", &j.op)
+		j.bufs.Add(r.Key, ivNS[other], &j.op)
 	}
 	if j.closeAt(side, r.Time) <= j.wm {
 		if !matched && j.plan.typ.keepsUnmatched(side) {
@@ -237,12 +234,12 @@ func (j *intervalJoin) add(side int, r *pipeline.Record) error {
 		return nil
 	}
 	j.op = ivOp{kind: ivInsert, entry: ivEntry{Time: r.Time, Fields: r.Fields, Matched: matched}}
-	j.bufs[side].Add(r.Key, "", &j.op)
+	j.bufs.Add(r.Key, ivNS[side], &j.op)
 	if j.op.first {
 		if j.op.hadPrev {
-			j.timers.DeleteEventTimer(r.Key, timerNS[side], j.closeAt(side, j.op.prev))
+			j.timers.DeleteEventTimer(r.Key, ivNS[side], j.closeAt(side, j.op.prev))
 		}
-		j.timers.RegisterEventTimer(r.Key, timerNS[side], j.closeAt(side, r.Time))
+		j.timers.RegisterEventTimer(r.Key, ivNS[side], j.closeAt(side, r.Time))
 	}
 	j.op.entry = ivEntry{}
 	return nil
@@ -287,23 +284,23 @@ func (j *intervalJoin) Finish(out pipeline.Emitter) error { return j.flush(out, 
 func (j *intervalJoin) expire(t statestore.Timer) error {
 	side := sideLeft
 	switch t.Namespace {
-	case timerNS[sideLeft]:
-	case timerNS[sideRight]:
+	case ivNS[sideLeft]:
+	case ivNS[sideRight]:
 		side = sideRight
 	default:
 		return fmt.Errorf("join: a timer of unknown namespace %q", t.Namespace)
 	}
-	buf, ok := j.bufs[side].Accumulator(t.Key, "")
+	buf, ok := j.bufs.Accumulator(t.Key, t.Namespace)
 	if !ok {
 		return nil
 	}
 	n := 0
-	for n < len(buf.Entries) && j.closeAt(side, buf.Entries[n].Time) <= j.wm {
+	for n < len(buf) && j.closeAt(side, buf[n].Time) <= j.wm {
 		n++
 	}
 	if j.plan.typ.keepsUnmatched(side) {
-		for i := range buf.Entries[:n] {
-			if e := &buf.Entries[i]; !e.Matched {
+		for i := range buf[:n] {
+			if e := &buf[i]; !e.Matched {
 				rec := pipeline.Record{Fields: e.Fields, Time: e.Time, Key: t.Key}
 				if err := j.emitPadded(side, &rec); err != nil {
 					return err
@@ -311,14 +308,14 @@ func (j *intervalJoin) expire(t statestore.Timer) error {
 			}
 		}
 	}
-	if n == len(buf.Entries) {
-		j.bufs[side].Clear(t.Key, "")
+	if n == len(buf) {
+		j.bufs.Clear(t.Key, t.Namespace)
 		return nil
 	}
-	next := buf.Entries[n].Time
+	next := buf[n].Time
 	if n > 0 {
 		j.op = ivOp{kind: ivDrop, n: n}
-		j.bufs[side].Add(t.Key, "", &j.op)
+		j.bufs.Add(t.Key, t.Namespace, &j.op)
 	}
 	j.timers.RegisterEventTimer(t.Key, t.Namespace, j.closeAt(side, next))
 	return nil
