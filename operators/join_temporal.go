@@ -55,6 +55,7 @@ type temporalRow struct {
 	Del bool
 }
 
+// newTemporalJoin returns the temporal join of one subtask for plan p.
 func newTemporalJoin(p *joinPlan) *temporalJoin { return &temporalJoin{joinBase: joinBase{plan: p}} }
 
 // Open sets up the shared parts and registers the join's state.
@@ -91,7 +92,6 @@ func (j *temporalJoin) ProcessInput(side int, in []pipeline.Record, out pipeline
 			return j.flush(out, err)
 		}
 	}
-	clear(in)
 	return j.flush(out, nil)
 }
 
@@ -131,7 +131,7 @@ func (j *temporalJoin) addLeft(r *pipeline.Record) error {
 	}
 	switch {
 	case t <= j.horizon():
-		j.tooLate(sideLeft, *r)
+		j.lateRecord(sideLeft, r)
 	case t <= j.wm:
 		return j.emitJoin(r.Key, temporalRow{T: t, F: r.Fields}, j.versions.Get(r.Key, ""))
 	default:
@@ -178,7 +178,7 @@ func (j *temporalJoin) addRight(r *pipeline.Record) error {
 	}
 	h := j.horizon()
 	if t <= h && next < len(vs) && vs[next].T <= h {
-		j.tooLate(sideRight, *r)
+		j.lateRecord(sideRight, r)
 		return nil
 	}
 	v := temporalRow{T: t, Del: del}
@@ -195,6 +195,15 @@ func (j *temporalJoin) addRight(r *pipeline.Record) error {
 	}
 	j.timers.RegisterEventTimer(r.Key, "", satAdd(t, j.plan.lateness))
 	return nil
+}
+
+// lateRecord hands a late record of side to tooLate, with a field map
+// for its _side if it had none.
+func (j *temporalJoin) lateRecord(side int, r *pipeline.Record) {
+	if r.Fields == nil {
+		r.Fields = map[string]any{}
+	}
+	j.tooLate(side, *r)
 }
 
 // versionTime returns a right record's version time: the temporal.version
