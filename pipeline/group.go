@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -35,7 +36,7 @@ type GroupSpec struct {
 	// other keys (brokers, tls, sasl, ...), decoded and validated by the
 	// group client the Env has registered.
 	Client GroupClientConfig
-	// Pos is where the block stands.
+	// Pos is where the block's key stands.
 	Pos Pos
 }
 
@@ -119,9 +120,12 @@ func (e *Env) GroupClient() func() GroupClientConfig {
 // loadGroup decodes and validates the group block of root, if it has one,
 // into spec.Group. It runs once name is decoded: the id defaults to it.
 func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
-	_, n := mappingValue(root, "group")
-	if n = resolve(n); n == nil || n.Tag == "!!null" {
+	key, n := mappingValue(root, "group")
+	if n = resolve(n); n == nil {
 		return
+	}
+	if n.Tag == "!!null" { // `group:` alone: group mode with every key missing
+		n = &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Column: n.Column}
 	}
 	if n.Kind != yaml.MappingNode {
 		p.at(n, "group must be a mapping with at least brokers (see docs/group.md)")
@@ -131,7 +135,7 @@ func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
 	c := groupCommon{ID: spec.Name, CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), "group")
 	g := &GroupSpec{ID: c.ID, CommitInterval: c.CommitInterval, ReplicationFactor: c.ReplicationFactor,
-		Pos: Pos{File: p.file, Line: n.Line, Col: n.Column}}
+		Pos: Pos{File: p.file, Line: key.Line, Col: key.Column}}
 	at := func(key string) *yaml.Node {
 		if _, v := mappingValue(n, key); v != nil {
 			return v
@@ -152,9 +156,31 @@ func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
 		p.at(n, "group mode needs a Kafka client, and this build registers none (import github.com/eddy-stream/eddy/connectors/kafka)")
 	} else {
 		g.Client = newClient()
+		rest = p.unknownGroupKeys(rest, append(Keys(groupCommon{}), Keys(g.Client)...))
 		p.loadConfig(rest, g.Client, "group")
 	}
 	spec.Group = g
+}
+
+// unknownGroupKeys reports the keys of rest, the group block less its own
+// keys, that neither the block nor its client has, with the closest of
+// known as "did you mean" (the client's decoding knows only its own), and
+// returns rest without them.
+func (p *problems) unknownGroupKeys(rest *yaml.Node, known []string) *yaml.Node {
+	out := &yaml.Node{Kind: yaml.MappingNode, Line: rest.Line, Column: rest.Column}
+	for i := 0; i+1 < len(rest.Content); i += 2 {
+		k := rest.Content[i]
+		if !slices.Contains(known, k.Value) {
+			hint := ""
+			if best := Closest(k.Value, known); best != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			p.at(k, "unknown key %q in group%s", k.Value, hint)
+			continue
+		}
+		out.Content = append(out.Content, k, rest.Content[i+1])
+	}
+	return out
 }
 
 // checkGroup reports what keeps a pipeline with a group block from running
@@ -179,9 +205,9 @@ func (p *problems) checkGroup(spec *Spec) {
 			p.reportValidate(s.node, err)
 			continue
 		}
-		for _, t := range in.Topics {
+		for i, t := range in.Topics {
 			if other, dup := readBy[t]; dup {
-				p.at(pathValue(s.node, "topics"), "source %q: topic %q is read by source %q too: in group mode each partition of a topic goes to one process, so read it with one source and fan it out with steps", s.ID, t, other)
+				p.at(listItem(pathValue(s.node, "topics"), i), "source %q: topic %q is read by source %q too: in group mode each partition of a topic goes to one process, so read it with one source and fan it out with steps", s.ID, t, other)
 				continue
 			}
 			readBy[t] = s.ID
@@ -198,6 +224,15 @@ func (p *problems) checkGroup(spec *Spec) {
 			}
 		}
 	}
+}
+
+// listItem returns item i of a sequence node, or n itself when it is not
+// a sequence that long (a scalar list "a,b").
+func listItem(n *yaml.Node, i int) *yaml.Node {
+	if n != nil && n.Kind == yaml.SequenceNode && i < len(n.Content) {
+		return n.Content[i]
+	}
+	return n
 }
 
 // groupTopicNames returns the names of the internal topics of keyed step
