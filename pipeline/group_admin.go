@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The broker side of group mode: the internal topics and the consumer
@@ -121,37 +122,78 @@ func policyText(p string) string {
 // lacks and checks those it has (CheckTopic). It returns the names of the
 // topics it created, and an error joining every mismatch; it never changes
 // an existing topic. A topic another process creates meanwhile is checked
-// like one that existed.
+// like one that existed. It returns once the cluster's metadata shows the
+// topics it created (a broker answers a creation before every broker
+// knows the topic), checked as well.
 func EnsureGroupTopics(admin GroupAdmin, plan *GroupPlan) (created []string, err error) {
 	states, err := admin.Topics(topicNames(plan.Topics))
 	if err != nil {
 		return nil, fmt.Errorf("describe internal topics: %w", err)
 	}
 	var errs []error
+	var createdTopics []*InternalTopic
 	for i, t := range plan.Topics {
 		have := states[i]
 		if !have.Exists {
 			err := admin.CreateTopic(t)
 			if err == nil {
-				created = append(created, t.Name)
+				createdTopics = append(createdTopics, t)
 				continue
 			}
 			if !errors.Is(err, ErrTopicExists) {
 				errs = append(errs, fmt.Errorf("create %s topic %s: %w", t.Kind, t.Name, err))
 				continue
 			}
-			again, err := admin.Topics([]string{t.Name})
-			if err != nil {
-				errs = append(errs, fmt.Errorf("describe %s topic %s: %w", t.Kind, t.Name, err))
+			if have, err = awaitTopic(admin, t.Name, true); err != nil {
+				errs = append(errs, err)
 				continue
 			}
-			have = again[0]
 		}
 		if err := CheckTopic(t, have); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	for _, t := range createdTopics {
+		created = append(created, t.Name)
+		have, err := awaitTopic(admin, t.Name, true)
+		if err == nil {
+			err = CheckTopic(t, have)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return created, errors.Join(errs...)
+}
+
+// How long EnsureGroupTopics and ResetGroup wait for the cluster's
+// metadata to show a topic they created or deleted: the attempts and the
+// pause between two.
+const (
+	topicWaitAttempts = 100
+	topicWaitPause    = 100 * time.Millisecond
+)
+
+// awaitTopic describes topic name until the cluster has it (exists) or
+// no longer has it (!exists), and returns its last state.
+func awaitTopic(admin GroupAdmin, name string, exists bool) (TopicState, error) {
+	for attempt := 1; ; attempt++ {
+		states, err := admin.Topics([]string{name})
+		if err != nil {
+			return TopicState{}, fmt.Errorf("describe topic %s: %w", name, err)
+		}
+		if states[0].Exists == exists {
+			return states[0], nil
+		}
+		if attempt == topicWaitAttempts {
+			state := "created"
+			if !exists {
+				state = "deleted"
+			}
+			return states[0], fmt.Errorf("topic %s: the cluster's metadata does not show it %s after %s", name, state, topicWaitAttempts*topicWaitPause)
+		}
+		time.Sleep(topicWaitPause)
+	}
 }
 
 // ResetGroup deletes the consumer group of the plan, with its committed
@@ -159,7 +201,9 @@ func EnsureGroupTopics(admin GroupAdmin, plan *GroupPlan) (created []string, err
 // error wrapping ErrGroupActive, while the group has members: a running
 // process would go on from state that is gone. The group goes first, so
 // that a member that joins meanwhile makes the broker refuse before a
-// topic is gone. It returns the names of the topics it deleted.
+// topic is gone. It returns the names of the topics it deleted, once the
+// cluster's metadata no longer shows them (so that a run right after
+// creates them anew).
 func ResetGroup(admin GroupAdmin, plan *GroupPlan) (deleted []string, err error) {
 	id := plan.Group.ID
 	g, err := admin.ConsumerGroup(id)
@@ -187,6 +231,11 @@ func ResetGroup(admin GroupAdmin, plan *GroupPlan) (deleted []string, err error)
 			return deleted, fmt.Errorf("delete topic %s: %w", s.Name, err)
 		}
 		deleted = append(deleted, s.Name)
+	}
+	for _, name := range deleted {
+		if _, err := awaitTopic(admin, name, false); err != nil {
+			return deleted, err
+		}
 	}
 	return deleted, nil
 }

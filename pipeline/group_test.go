@@ -353,6 +353,20 @@ type fakeAdmin struct {
 	// this state.
 	raceCreate *pipeline.TopicState
 	failTopics error
+	// lag hides a topic created or deleted from the next lag descriptions,
+	// as a broker whose metadata has not caught up.
+	lag     int
+	lagging map[string]int
+}
+
+// changed notes that name changed, for lag.
+func (a *fakeAdmin) changed(name string) {
+	if a.lag > 0 {
+		if a.lagging == nil {
+			a.lagging = map[string]int{}
+		}
+		a.lagging[name] = a.lag
+	}
 }
 
 func (a *fakeAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
@@ -363,7 +377,13 @@ func (a *fakeAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
 	out := make([]pipeline.TopicState, len(names))
 	for i, n := range names {
 		out[i] = pipeline.TopicState{Name: n}
-		if s, ok := a.topics[n]; ok {
+		s, ok := a.topics[n]
+		if a.lagging[n] > 0 {
+			a.lagging[n]--
+			ok = !ok // the old state
+			s = pipeline.TopicState{Name: n, Exists: true, Partitions: 4, CleanupPolicy: "delete"}
+		}
+		if ok {
 			out[i] = s
 		}
 	}
@@ -377,12 +397,14 @@ func (a *fakeAdmin) CreateTopic(t *pipeline.InternalTopic) error {
 		return fmt.Errorf("%w: by another process", pipeline.ErrTopicExists)
 	}
 	a.topics[t.Name] = pipeline.TopicState{Name: t.Name, Exists: true, Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor, CleanupPolicy: t.CleanupPolicy()}
+	a.changed(t.Name)
 	return nil
 }
 
 func (a *fakeAdmin) DeleteTopic(name string) error {
 	a.calls = append(a.calls, "delete "+name)
 	delete(a.topics, name)
+	a.changed(name)
 	return nil
 }
 
@@ -412,7 +434,7 @@ func TestEnsureGroupTopics(t *testing.T) {
 	created, err := pipeline.EnsureGroupTopics(a, gp)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e-s-repartition"}, created)
-	require.Equal(t, []string{"topics", "create e-s-repartition"}, a.calls)
+	require.Equal(t, []string{"topics", "create e-s-repartition", "topics"}, a.calls, "it looks until the topic it created is there")
 	require.Equal(t, 4, a.topics["e-s-repartition"].Partitions)
 
 	// Both exist now, one with the wrong policy: an error, no change.
@@ -436,6 +458,14 @@ func TestEnsureGroupTopics(t *testing.T) {
 	a = &fakeAdmin{failTopics: errors.New("broker down")}
 	_, err = pipeline.EnsureGroupTopics(a, gp)
 	require.EqualError(t, err, "describe internal topics: broker down")
+
+	// The metadata shows created topics two descriptions late: it waits,
+	// and checks what it finally sees.
+	a = &fakeAdmin{topics: map[string]pipeline.TopicState{}, lag: 2}
+	created, err = pipeline.EnsureGroupTopics(a, gp)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-s-repartition", "e-s-changelog"}, created)
+	require.Equal(t, []string{"topics", "create e-s-repartition", "create e-s-changelog", "topics", "topics", "topics", "topics", "topics", "topics"}, a.calls)
 }
 
 // TestResetGroup: a reset refuses while the group has members, and deletes
@@ -458,13 +488,20 @@ func TestResetGroup(t *testing.T) {
 	deleted, err = pipeline.ResetGroup(a, gp)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e-s-changelog"}, deleted)
-	require.Equal(t, []string{"group", "delete group e", "topics", "delete e-s-changelog"}, a.calls)
+	require.Equal(t, []string{"group", "delete group e", "topics", "delete e-s-changelog", "topics"}, a.calls)
 
 	a.calls = nil
 	deleted, err = pipeline.ResetGroup(a, gp)
 	require.NoError(t, err)
 	require.Empty(t, deleted)
 	require.False(t, slices.Contains(a.calls, "delete group e"), "a group that does not exist is not deleted")
+
+	// The metadata shows a deleted topic for a while: it waits.
+	a = &fakeAdmin{topics: map[string]pipeline.TopicState{"e-s-changelog": {Name: "e-s-changelog", Exists: true, Partitions: 4}}, lag: 1}
+	deleted, err = pipeline.ResetGroup(a, gp)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-s-changelog"}, deleted)
+	require.Equal(t, []string{"group", "topics", "delete e-s-changelog", "topics", "topics"}, a.calls)
 }
 
 // TestGroupRunNotImplemented: a runner refuses a pipeline with a group
