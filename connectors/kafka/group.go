@@ -67,6 +67,9 @@ type groupAdmin struct {
 // replicas; the request does not create a missing topic) and one
 // DescribeConfigs request for the cleanup policies of those that exist.
 func (a *groupAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
+	if len(names) == 0 {
+		return nil, nil // a metadata request without topics asks for all
+	}
 	md, err := a.admin.DescribeTopics(names)
 	if err != nil {
 		return nil, err
