@@ -261,7 +261,7 @@ func repartitionTopic(id, step string, i, inputs int) string {
 func changelogTopic(id, step string) string { return id + "-" + step + "-changelog" }
 
 // groupSchema is the JSON Schema of the group block: its own keys and the
-// registered client's.
+// registered client's. An empty block is not allowed: it lacks brokers.
 func (g *schemaGen) groupSchema(e *Env) map[string]any {
 	s := g.object(reflect.TypeFor[groupCommon](), reflect.ValueOf(groupCommon{
 		CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}))
@@ -281,5 +281,5 @@ func (g *schemaGen) groupSchema(e *Env) map[string]any {
 		}
 	}
 	s["description"] = "group mode: processes of this pipeline share its work through Kafka (docs/group.md)"
-	return nullable(s)
+	return s
 }

@@ -516,8 +516,7 @@ func TestGroupRunNotImplemented(t *testing.T) {
 // TestGroupSchema: the schema of the group block has its own keys and the
 // client's, brokers required.
 func TestGroupSchema(t *testing.T) {
-	s := groupEnv().Schema()["properties"].(map[string]any)["group"].(map[string]any)
-	obj := s["anyOf"].([]any)[0].(map[string]any)
+	obj := groupEnv().Schema()["properties"].(map[string]any)["group"].(map[string]any)
 	props := obj["properties"].(map[string]any)
 	for _, k := range []string{"id", "commit_interval", "replication_factor", "brokers"} {
 		require.Contains(t, props, k)
