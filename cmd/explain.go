@@ -33,7 +33,10 @@ the tasks, each a chain of nodes that runs as one goroutine per subtask;
 every edge with its partitioning (forward, hash with the key expression,
 rebalance, broadcast), whether it is chained, and the side stream it reads
 when it is not the main one; and the end-to-end delivery guarantee with
-the components and settings that limit it.
+the components and settings that limit it. For a pipeline with a group
+block it shows the group plan too: the stages (the plan cut at each keyed
+exchange), the topics each reads and writes, its tasks, and the internal
+topics with their partitions, replication and configs (docs/group.md).
 
 --format text (default) is for people; dot is a Graphviz digraph with a
 cluster per task (eddy explain -f dot p.yaml | dot -Tsvg > plan.svg); json
@@ -61,12 +64,29 @@ is a stable structure for tools:
        "chained": true}
     ],
     "guarantee": {"level": "exactly-once|at-least-once|at-most-once",
-                  "reasons": ["..."]}
+                  "reasons": ["..."]},
+    "group": {                      only with a group block
+      "id": "orders", "commit_interval": "1s", "replication_factor": 3,
+      "partitions": 128,            of every internal topic: max_parallelism
+      "stages": [{"index": 0, "nodes": ["a", "b"],
+                  "inputs": [{"kind": "source", "source": "a", "topic": "t"},
+                             {"kind": "source", "source": "a", "pattern": "re"},
+                             {"kind": "repartition", "topic": "...", "from_stage": 1}],
+                  "outputs": ["<id>-<step>-repartition"],
+                  "changelogs": ["<id>-<step>-changelog"],
+                  "tasks": 128}],   null: one per partition of its source topics
+      "topics": [{"name": "...", "kind": "repartition|changelog", "step": "s",
+                  "stage": 1, "from_stage": 0, "partitions": 128,
+                  "replication_factor": 3, "cleanup_policy": "delete|compact",
+                  "configs": {"cleanup.policy": "delete", ...}}]
+    }
   }
 
-Every other key is always present; "side" and "key" of edges and "bounded",
-"event_time", "max_out_of_orderness" and "guarantee" of nodes are omitted
-when they do not apply. Exit codes: 0 ok, 2 invalid file or flags.`,
+Every other key is always present; "side" and "key" of edges, "bounded",
+"event_time", "max_out_of_orderness" and "guarantee" of nodes, "group",
+and "topic", "pattern", "source" and "from_stage" of the group's inputs
+and topics are omitted when they do not apply. The dot format does not
+show the group plan. Exit codes: 0 ok, 2 invalid file or flags.`,
 		Args:              exactArgs(1, "one pipeline file"),
 		ValidArgsFunction: pipelineFiles,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -94,7 +114,11 @@ func (o *explainOptions) run(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
-	if err := render(c.OutOrStdout(), newPlanView(file, plan)); err != nil {
+	v := newPlanView(file, plan)
+	if v.Group, err = newGroupView(plan); err != nil {
+		return invalidInput("%s: %w", file, err)
+	}
+	if err := render(c.OutOrStdout(), v); err != nil {
 		return runtimeFailure(fmt.Errorf("write plan: %w", err))
 	}
 	return nil
@@ -117,6 +141,8 @@ type planView struct {
 	Tasks          []taskView    `json:"tasks"`
 	Edges          []edgeView    `json:"edges"`
 	Guarantee      guaranteeView `json:"guarantee"`
+	// Group is the group plan of a pipeline with a group block.
+	Group *groupView `json:"group,omitempty"`
 }
 
 type nodeView struct {
@@ -340,6 +366,9 @@ func writePlanText(w io.Writer, v *planView) error {
 		b.WriteString("  (none)\n")
 	}
 
+	if v.Group != nil {
+		writeGroupText(&b, v.Group)
+	}
 	fmt.Fprintf(&b, "\nend-to-end guarantee: %s\n", v.Guarantee.Level)
 	for _, r := range v.Guarantee.Reasons {
 		b.WriteString("  - " + r + "\n")

@@ -129,6 +129,8 @@ type Env struct {
 	sinks      map[string]SinkPlugin
 	steps      map[string]StepPlugin
 	writeAhead SinkWrapper
+	// groupClient decodes the connection keys of a group block (group.go).
+	groupClient func() GroupClientConfig
 }
 
 // NewEnv returns an empty Env.

@@ -145,6 +145,9 @@ func NewRunner(spec *Spec, opts RunnerOptions) (*Runner, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
+	if spec.Group != nil {
+		return nil, fmt.Errorf("pipeline %q: %w: remove the group block to run it in one process", spec.Name, ErrGroupRunNotImplemented)
+	}
 	if spec.Checkpoint == nil && (opts.Fresh || opts.FromSavepoint != "") {
 		return nil, fmt.Errorf("pipeline %q: a fresh start or a restore from a savepoint needs a checkpoint block", spec.Name)
 	}

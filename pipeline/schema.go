@@ -59,6 +59,7 @@ func (e *Env) Schema() map[string]any {
 	props["name"] = withEnvRef(map[string]any{"type": "string", "pattern": idPattern.String(),
 		"description": "the pipeline's name; it names the state directory"})
 	props["checkpoint"] = nullable(g.object(reflect.TypeFor[CheckpointSpec](), reflect.ValueOf(DefaultCheckpoint())))
+	props["group"] = g.groupSchema(e)
 	props["sources"] = list("#/$defs/source", "where records come from")
 	props["steps"] = list("#/$defs/step", "what is done with them")
 	props["sinks"] = list("#/$defs/sink", "where they go")

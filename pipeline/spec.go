@@ -32,6 +32,9 @@ type Spec struct {
 	Checkpoint *CheckpointSpec
 	State      StateSpec
 	Restart    RestartSpec
+	// Group is nil when the file has no group block: the pipeline runs in
+	// one process (docs/group.md).
+	Group *GroupSpec
 
 	Sources []*SourceSpec
 	Steps   []*StepSpec
@@ -117,6 +120,7 @@ type (
 		Checkpoint     *CheckpointSpec `yaml:"checkpoint"`
 		State          StateSpec       `yaml:"state"`
 		Restart        RestartSpec     `yaml:"restart"`
+		Group          yaml.Node       `yaml:"group"`
 		Sources        []yaml.Node     `yaml:"sources" eddy:"required"`
 		Steps          []yaml.Node     `yaml:"steps"`
 		Sinks          []yaml.Node     `yaml:"sinks" eddy:"required"`
@@ -214,6 +218,7 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 	p.checkTop(root, spec)
 	p.checkCheckpoint(root, spec)
 	p.checkRestart(root, spec)
+	p.loadGroup(env, root, spec)
 	for i := range top.Sources {
 		if s := p.loadSource(env, spec, &top.Sources[i], i); s != nil {
 			spec.Sources = append(spec.Sources, s)
@@ -230,6 +235,7 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 		}
 	}
 	p.wire(spec, root)
+	p.checkGroup(spec)
 	if len(p.list) > 0 {
 		return nil, p.list.sorted()
 	}

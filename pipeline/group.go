@@ -1,0 +1,285 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Group mode (docs/group.md): many processes of one pipeline share its work
+// through Kafka, as the members of one consumer group. This file is the
+// `group:` block of a pipeline file and the checks that a pipeline can run
+// so; group_plan.go cuts its plan into stages and internal topics;
+// group_admin.go manages those topics on the broker.
+
+// ErrGroupRunNotImplemented is returned by NewRunner for a pipeline with a
+// group block: this version plans group mode and manages its topics
+// (`eddy explain`, `eddy group`), but does not run it yet.
+var ErrGroupRunNotImplemented = errors.New("group mode runs are not implemented in this version")
+
+// GroupSpec is the `group:` block: nil in a Spec without one, which runs in
+// one process.
+type GroupSpec struct {
+	// ID is the consumer group the processes join and the prefix of the
+	// internal topics; default: the pipeline's name.
+	ID string
+	// CommitInterval is how often a process commits: one Kafka transaction
+	// per interval.
+	CommitInterval Duration
+	// ReplicationFactor is the replication of the internal topics.
+	ReplicationFactor int
+	// Client is the connection to the group's Kafka cluster: the block's
+	// other keys (brokers, tls, sasl, ...), decoded and validated by the
+	// group client the Env has registered.
+	Client GroupClientConfig
+	// Pos is where the block's key stands.
+	Pos Pos
+}
+
+// groupCommon holds the keys of the group block that are the group's own;
+// the others are the client's.
+type groupCommon struct {
+	ID                string   `yaml:"id"`
+	CommitInterval    Duration `yaml:"commit_interval"`
+	ReplicationFactor int      `yaml:"replication_factor"`
+}
+
+// The defaults of the group block.
+const (
+	DefaultGroupCommitInterval    = time.Second
+	DefaultGroupReplicationFactor = 3
+	// maxTopicName is the longest topic name Kafka accepts.
+	maxTopicName = 249
+	// maxReplicationFactor is the largest replication factor Kafka's
+	// protocol carries (an int16).
+	maxReplicationFactor = 32767
+)
+
+// GroupClientConfig is the Kafka connection of a group block: the keys of
+// the block besides id, commit_interval and replication_factor. A Kafka
+// connector provides it (Env.RegisterGroupClient), so that package
+// pipeline knows no Kafka client and the block takes the connector's own
+// connection keys.
+type GroupClientConfig interface {
+	Config
+	// NewGroupAdmin connects to the cluster to manage the group's internal
+	// topics and its consumer group.
+	NewGroupAdmin() (GroupAdmin, error)
+}
+
+// GroupInput is what a source reads in group mode: the topics whose
+// partitions the processes share.
+type GroupInput struct {
+	// Topics are the topics read by name.
+	Topics []string
+	// Pattern, when set instead of Topics, is a regular expression that the
+	// whole name of each topic read matches.
+	Pattern string
+}
+
+// GroupSource is implemented by source configs that can run in group mode:
+// their input is Kafka topics, whose partitions the members of a consumer
+// group divide among themselves. GroupInput returns what the source reads
+// when the group's consumer group is groupID, or an error (FieldErr at the
+// key) for a setting that cannot hold in group mode. A source config without
+// it cannot run in group mode.
+type GroupSource interface {
+	GroupInput(groupID string) (GroupInput, error)
+}
+
+// StatefulStep is implemented by keyed step configs (KeyedStep) to say
+// whether the step keeps keyed state: a bare key_by does not, a window
+// does. In group mode a stateful step gets a changelog topic. A keyed step
+// config without it is taken to be stateful: an unused changelog topic
+// costs little, a missing one would lose state.
+type StatefulStep interface{ Stateful() bool }
+
+// RegisterGroupClient sets what decodes the connection keys of a group
+// block; it panics when one is set already (a programming error).
+func (e *Env) RegisterGroupClient(newConfig func() GroupClientConfig) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.groupClient != nil {
+		panic("group client registered twice")
+	}
+	e.groupClient = newConfig
+}
+
+// GroupClient returns what decodes the connection keys of a group block,
+// or nil when none is registered.
+func (e *Env) GroupClient() func() GroupClientConfig {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.groupClient
+}
+
+// loadGroup decodes and validates the group block of root, if it has one,
+// into spec.Group. It runs once name is decoded: the id defaults to it.
+func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
+	key, n := mappingValue(root, "group")
+	if n = resolve(n); n == nil {
+		return
+	}
+	if n.Tag == "!!null" { // `group:` alone: group mode with every key missing
+		n = &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Column: n.Column}
+	}
+	if n.Kind != yaml.MappingNode {
+		p.at(n, "group must be a mapping with at least brokers (see docs/group.md)")
+		return
+	}
+	ownNode, rest := split(n, Keys(groupCommon{}))
+	c := groupCommon{ID: spec.Name, CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}
+	p.decode(ownNode, reflect.ValueOf(&c).Elem(), "group")
+	g := &GroupSpec{ID: c.ID, CommitInterval: c.CommitInterval, ReplicationFactor: c.ReplicationFactor,
+		Pos: Pos{File: p.file, Line: key.Line, Col: key.Column}}
+	at := func(key string) *yaml.Node {
+		if _, v := mappingValue(n, key); v != nil {
+			return v
+		}
+		return n
+	}
+	if g.ID != "" && !idPattern.MatchString(g.ID) {
+		p.at(at("id"), "group.id %q: use letters, digits, '_' and '-' (it names the consumer group and prefixes the internal topics)", g.ID)
+	}
+	if g.CommitInterval <= 0 {
+		p.at(at("commit_interval"), "group.commit_interval must be positive")
+	}
+	if g.ReplicationFactor < 1 || g.ReplicationFactor > maxReplicationFactor {
+		p.at(at("replication_factor"), "group.replication_factor must be between 1 and %d (the replicas of each internal topic partition)", maxReplicationFactor)
+	}
+	newClient := env.GroupClient()
+	if newClient == nil {
+		p.at(n, "group mode needs a Kafka client, and this build registers none (import github.com/eddy-stream/eddy/connectors/kafka)")
+	} else {
+		g.Client = newClient()
+		rest = p.unknownGroupKeys(rest, append(Keys(groupCommon{}), Keys(g.Client)...))
+		p.loadConfig(rest, g.Client, "group")
+	}
+	spec.Group = g
+}
+
+// unknownGroupKeys reports the keys of rest, the group block less its own
+// keys, that neither the block nor its client has, with the closest of
+// known as "did you mean" (the client's decoding knows only its own), and
+// returns rest without them.
+func (p *problems) unknownGroupKeys(rest *yaml.Node, known []string) *yaml.Node {
+	out := &yaml.Node{Kind: yaml.MappingNode, Line: rest.Line, Column: rest.Column}
+	for i := 0; i+1 < len(rest.Content); i += 2 {
+		k := rest.Content[i]
+		if !slices.Contains(known, k.Value) {
+			hint := ""
+			if best := Closest(k.Value, known); best != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			p.at(k, "unknown key %q in group%s", k.Value, hint)
+			continue
+		}
+		out.Content = append(out.Content, k, rest.Content[i+1])
+	}
+	return out
+}
+
+// checkGroup reports what keeps a pipeline with a group block from running
+// in group mode: a source that is not a GroupSource (or whose settings
+// cannot hold in group mode), a topic read by two sources, an internal
+// topic name longer than Kafka takes. It runs once the pipeline is wired.
+func (p *problems) checkGroup(spec *Spec) {
+	g := spec.Group
+	if g == nil {
+		return
+	}
+	readBy := map[string]string{} // topic -> the source that reads it
+	for _, s := range spec.Sources {
+		gs, ok := s.Config.(GroupSource)
+		if !ok {
+			_, tv := mappingValue(s.node, "type")
+			p.at(tv, "source %q: a %s source has no partitions to share between the processes of a group: read its data from a Kafka topic in group mode (or remove the group block to run in one process)", s.ID, s.Type)
+			continue
+		}
+		in, err := gs.GroupInput(g.ID)
+		if err != nil {
+			p.reportValidate(s.node, err)
+			continue
+		}
+		for i, t := range in.Topics {
+			if other, dup := readBy[t]; dup {
+				p.at(listItem(pathValue(s.node, "topics"), i), "source %q: topic %q is read by source %q too: in group mode each partition of a topic goes to one process, so read it with one source and fan it out with steps", s.ID, t, other)
+				continue
+			}
+			readBy[t] = s.ID
+		}
+	}
+	for _, s := range spec.Steps {
+		if _, ok := s.Config.(KeyedStep); !ok {
+			continue
+		}
+		for _, name := range groupTopicNames(g.ID, s) {
+			if len(name) > maxTopicName {
+				p.at(idNode(s.node), "step %q: its internal topic %s would have %d characters, more than Kafka's %d: shorten the step id or group.id", s.ID, name, len(name), maxTopicName)
+				break
+			}
+		}
+	}
+}
+
+// listItem returns item i of a sequence node, or n itself when it is not
+// a sequence that long (a scalar list "a,b").
+func listItem(n *yaml.Node, i int) *yaml.Node {
+	if n != nil && n.Kind == yaml.SequenceNode && i < len(n.Content) {
+		return n.Content[i]
+	}
+	return n
+}
+
+// groupTopicNames returns the names of the internal topics of keyed step
+// s in group id: one repartition topic per input, and its changelog.
+func groupTopicNames(id string, s *StepSpec) []string {
+	names := []string{changelogTopic(id, s.ID)}
+	for i := range s.Inputs {
+		names = append(names, repartitionTopic(id, s.ID, i, len(s.Inputs)))
+	}
+	return names
+}
+
+// repartitionTopic names the repartition topic of input i of a keyed step
+// with inputs inputs: <id>-<step>-repartition, or with several inputs
+// <id>-<step>-repartition-<i>. Names cannot collide: step ids are unique,
+// and the suffix says which kind of topic a name is.
+func repartitionTopic(id, step string, i, inputs int) string {
+	name := id + "-" + step + "-repartition"
+	if inputs > 1 {
+		name += fmt.Sprintf("-%d", i)
+	}
+	return name
+}
+
+// changelogTopic names the changelog topic of a stateful step.
+func changelogTopic(id, step string) string { return id + "-" + step + "-changelog" }
+
+// groupSchema is the JSON Schema of the group block: its own keys and the
+// registered client's. An empty block is not allowed: it lacks brokers.
+func (g *schemaGen) groupSchema(e *Env) map[string]any {
+	s := g.object(reflect.TypeFor[groupCommon](), reflect.ValueOf(groupCommon{
+		CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}))
+	props := s["properties"].(map[string]any)
+	props["id"] = withEnvRef(map[string]any{"type": "string", "pattern": idPattern.String(),
+		"description": "the consumer group and the prefix of the internal topics; default: the pipeline's name"})
+	if newClient := e.GroupClient(); newClient != nil {
+		cfg := newClient()
+		client := g.object(reflect.TypeOf(cfg).Elem(), reflect.ValueOf(cfg).Elem())
+		for k, v := range client["properties"].(map[string]any) {
+			props[k] = v
+		}
+		if r, ok := client["required"]; ok {
+			for _, k := range r.([]string) {
+				s["required"] = appendUnique(s["required"], k)
+			}
+		}
+	}
+	s["description"] = "group mode: processes of this pipeline share its work through Kafka (docs/group.md)"
+	return s
+}
