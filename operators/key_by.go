@@ -108,6 +108,10 @@ func (c *KeyByConfig) KeyExprs(int) []*expr.Expr {
 	return out
 }
 
+// Stateful implements pipeline.StatefulStep: a bare key_by keeps no
+// state; a window or a continuous aggregate does.
+func (c *KeyByConfig) Stateful() bool { return c.Window != nil || len(c.Aggregate) > 0 }
+
 // SideOutputs implements pipeline.SideOutputter: late_output names the
 // side output "late" of a window step.
 func (c *KeyByConfig) SideOutputs() map[string]string {
