@@ -195,8 +195,10 @@ func TestExplainGroupJSON(t *testing.T) {
 	require.Nil(t, g.Stages[0].Tasks, "a stage reading source topics")
 	require.Equal(t, 16, *g.Stages[2].Tasks)
 	require.Equal(t, []stageInputView{{Kind: "source", Topic: "orders", Source: "orders"}, {Kind: "source", Topic: "returns", Source: "orders"}}, g.Stages[0].Inputs)
-	require.Len(t, g.Topics, 7)
-	require.Equal(t, "compact", g.Topics[1].CleanupPolicy)
+	// A changelog for each stateful step; the bare key_by by_user keeps none.
+	require.Len(t, g.Topics, 6)
+	require.Equal(t, "shop-enrich-changelog", g.Topics[3].Name)
+	require.Equal(t, "compact", g.Topics[3].CleanupPolicy)
 
 	got = execute(t, nil, "explain", "-f", "json", "testdata/explain/simple.yaml")
 	require.NotContains(t, got.stdout, `"group"`, "no group block, no group key")
