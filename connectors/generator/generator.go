@@ -226,19 +226,18 @@ const (
 
 // source is the generator of one subtask.
 type source struct {
-	cfg      *Config
-	id       string
-	vm       expr.VM
-	rng      splitMix
-	env      map[string]any
-	next     int    // the next counter this subtask considers
-	step     int    // the parallelism
-	split    int    // the subtask: one split per subtask
-	skip     []Run  // counters a run at another parallelism generated
-	skipEnd  int    // the end of the last of skip
-	prefix   []byte // the subtask's encoded position without Next
-	interval time.Duration
-	due      time.Time // when the next record is due (rate limiting)
+	cfg     *Config
+	id      string
+	vm      expr.VM
+	rng     splitMix
+	env     map[string]any
+	next    int    // the next counter this subtask considers
+	step    int    // the parallelism
+	split   int    // the subtask: one split per subtask
+	skip    []Run  // counters a run at another parallelism generated
+	skipEnd int    // the end of the last of skip
+	prefix  []byte // the subtask's encoded position without Next
+	pacer   *Pacer // rate limiting; nil: as fast as possible
 	// done and total are the subtask's counters passed and all it has,
 	// for Progress (another goroutine); total stays 0 without count.
 	done, total atomic.Int64
@@ -288,8 +287,7 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 		s.done.Store(s.counters(s.next))
 	}
 	if s.cfg.Rate > 0 {
-		s.interval = time.Duration(float64(time.Second) * float64(s.step) / s.cfg.Rate)
-		s.due = time.Now()
+		s.pacer = NewPacer(time.Duration(float64(time.Second) * float64(s.step) / s.cfg.Rate))
 	}
 	return nil
 }
@@ -318,8 +316,8 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		return io.EOF
 	}
 	n := maxBatch
-	if s.interval > 0 {
-		due, err := s.pace(ctx)
+	if s.pacer != nil {
+		due, err := s.pacer.Wait(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -347,10 +345,24 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	return nil
 }
 
-// pace waits until the next record is due and returns how many are due.
-func (s *source) pace(ctx context.Context) (int, error) {
+// Pacer paces a source at a fixed interval between records: it lets it
+// fall at most maxBurst behind before it stops catching up. The generator
+// and the nexmark source use it for their rates.
+type Pacer struct {
+	interval time.Duration
+	due      time.Time // when the next record is due
+}
+
+// NewPacer returns a pacer of one record every interval, the first due now.
+func NewPacer(interval time.Duration) *Pacer {
+	return &Pacer{interval: interval, due: time.Now()}
+}
+
+// Wait waits until the next record is due and returns how many are due,
+// at most max; ctx ends the wait.
+func (p *Pacer) Wait(ctx context.Context, max int) (int, error) {
 	now := time.Now()
-	if wait := s.due.Sub(now); wait > 0 {
+	if wait := p.due.Sub(now); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -359,11 +371,11 @@ func (s *source) pace(ctx context.Context) (int, error) {
 		case now = <-t.C:
 		}
 	}
-	if behind := now.Sub(s.due); behind > maxBurst {
-		s.due = now.Add(-maxBurst)
+	if behind := now.Sub(p.due); behind > maxBurst {
+		p.due = now.Add(-maxBurst)
 	}
-	n := min(int(now.Sub(s.due)/s.interval)+1, maxBatch)
-	s.due = s.due.Add(time.Duration(n) * s.interval)
+	n := min(int(now.Sub(p.due)/p.interval)+1, max)
+	p.due = p.due.Add(time.Duration(n) * p.interval)
 	return n, nil
 }
 

@@ -17,24 +17,20 @@ const (
 	// maxSkip is the most event numbers one Read passes over because a run
 	// at another parallelism generated them.
 	maxSkip = 64 * maxBatch
-	// maxBurst is how far a paced source may fall behind and catch up at
-	// full speed (after backpressure, say).
-	maxBurst = 100 * time.Millisecond
 )
 
 // source is the nexmark source of one subtask: it generates the event
 // numbers n = subtask, subtask + parallelism, ... below count.
 type source struct {
-	cfg      *Config
-	gen      *Generator
-	next     int             // the next event number the subtask considers
-	step     int             // the parallelism
-	split    int             // the subtask: one split per subtask
-	skip     []generator.Run // numbers a run at another parallelism generated
-	skipEnd  int             // the end of the last of skip
-	prefix   []byte          // the encoded position without Next
-	interval time.Duration   // between two events of the subtask (emit_rate)
-	due      time.Time       // when the next event is due (emit_rate)
+	cfg     *Config
+	gen     *Generator
+	next    int              // the next event number the subtask considers
+	step    int              // the parallelism
+	split   int              // the subtask: one split per subtask
+	skip    []generator.Run  // numbers a run at another parallelism generated
+	skipEnd int              // the end of the last of skip
+	prefix  []byte           // the encoded position without Next
+	pacer   *generator.Pacer // rate limiting; nil: as fast as possible
 	// done and total are the subtask's numbers passed and all it has, for
 	// Progress (another goroutine); total stays 0 without count.
 	done, total atomic.Int64
@@ -83,8 +79,7 @@ func (s *source) Open(_ context.Context, sc *pipeline.SourceContext) error {
 		s.done.Store(s.numbers(int64(s.next)))
 	}
 	if s.cfg.EmitRate > 0 {
-		s.interval = time.Duration(float64(time.Second) * float64(s.step) / s.cfg.EmitRate)
-		s.due = time.Now()
+		s.pacer = generator.NewPacer(time.Duration(float64(time.Second) * float64(s.step) / s.cfg.EmitRate))
 	}
 	return nil
 }
@@ -117,8 +112,8 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		return io.EOF
 	}
 	n := maxBatch
-	if s.interval > 0 {
-		due, err := s.pace(ctx)
+	if s.pacer != nil {
+		due, err := s.pacer.Wait(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -140,26 +135,6 @@ func (s *source) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 		return io.EOF
 	}
 	return nil
-}
-
-// pace waits until the next event is due and returns how many are due.
-func (s *source) pace(ctx context.Context) (int, error) {
-	now := time.Now()
-	if wait := s.due.Sub(now); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case now = <-t.C:
-		}
-	}
-	if behind := now.Sub(s.due); behind > maxBurst {
-		s.due = now.Add(-maxBurst)
-	}
-	n := min(int(now.Sub(s.due)/s.interval)+1, maxBatch)
-	s.due = s.due.Add(time.Duration(n) * s.interval)
-	return n, nil
 }
 
 // numbers returns how many of the subtask's event numbers are below n:
