@@ -8,6 +8,7 @@ import (
 	_ "github.com/eddy-stream/eddy/connectors/file"
 	_ "github.com/eddy-stream/eddy/connectors/generator"
 	_ "github.com/eddy-stream/eddy/connectors/kafka"
+	_ "github.com/eddy-stream/eddy/connectors/nexmark"
 	_ "github.com/eddy-stream/eddy/connectors/socket"
 	_ "github.com/eddy-stream/eddy/connectors/stdio"
 	_ "github.com/eddy-stream/eddy/connectors/writeahead"
