@@ -11,26 +11,35 @@ import (
 )
 
 // scratchQuery is a query file as configs/nexmark's are (a source with id
-// nexmark, a sink with id out), over the generator instead of the nexmark
-// source, with everything Prepare replaces.
+// nexmark, a sink with id out): q0, pass-through of the bids, with
+// everything Prepare replaces (count, checkpoint block, a file sink).
 const scratchQuery = `
 version: 1
-name: scratch
+name: scratch-q0
 checkpoint:
   interval: 1h
 sources:
   - id: nexmark
-    type: generator
+    type: nexmark
     count: 5
-    fields:
-      event_type: i % 3
+    event_time: date_time
+    watermark:
+      max_out_of_orderness: 4s
 steps:
   - id: bids
     from: nexmark
     filter: event_type == 2
+  - id: q0
+    from: bids
+    map:
+      auction: bid.auction
+      bidder: bid.bidder
+      price: bid.price
+      date_time: bid.date_time
+      extra: bid.extra
 sinks:
   - id: out
-    from: bids
+    from: q0
     type: file
     path: /nonexistent/out
     parallelism: 1
@@ -48,7 +57,7 @@ func TestPrepare(t *testing.T) {
 	require.Equal(t, "out", spec.Sinks[0].ID)
 	require.Equal(t, "blackhole", spec.Sinks[0].Type)
 	require.Equal(t, 1, spec.Sinks[0].Parallelism, "the sink keeps its parallelism")
-	require.Equal(t, "bids", spec.Sinks[0].From[0])
+	require.Equal(t, "q0", spec.Sinks[0].From[0])
 	require.Contains(t, string(text), "count: 1234")
 
 	// Without a checkpoint interval, the file's block is dropped.

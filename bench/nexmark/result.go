@@ -64,8 +64,11 @@ func (r Result) String() string {
 }
 
 // FormatInterval writes a checkpoint interval as the lines do: 10s, 2m,
-// 500ms, 1m30s.
+// 1h, 500ms, 1m30s (time.ParseDuration reads them all).
 func FormatInterval(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
 	if d >= time.Minute && d%time.Minute == 0 {
 		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
 	}

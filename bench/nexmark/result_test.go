@@ -49,6 +49,8 @@ func TestParseResult(t *testing.T) {
 func TestFormatInterval(t *testing.T) {
 	require.Equal(t, "10s", FormatInterval(10*time.Second))
 	require.Equal(t, "2m", FormatInterval(2*time.Minute))
+	require.Equal(t, "1h", FormatInterval(time.Hour))
+	require.Equal(t, "90m", FormatInterval(90*time.Minute))
 	require.Equal(t, "1m30s", FormatInterval(90*time.Second))
 	require.Equal(t, "500ms", FormatInterval(500*time.Millisecond))
 	d, err := time.ParseDuration(FormatInterval(2 * time.Minute))
