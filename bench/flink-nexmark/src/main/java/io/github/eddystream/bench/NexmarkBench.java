@@ -29,8 +29,8 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * prints what it measured in the line format of {@code eddy bench nexmark}:
  *
  * <pre>
- * flink q5 events=1000000 seconds=9.1 cpu_seconds=15.2 events_per_cpu_second=65789 rss_mb=610
- * flink q5 events=1000000 seconds=9.8 cpu_seconds=16.0 events_per_cpu_second=62500 rss_mb=640 checkpoint=10s checkpoints=0
+ * nexmark q5 events=1000000 seconds=9.100 cpu_seconds=15.200 events_per_cpu_second=65789 rss_mb=610 engine=flink
+ * nexmark q5 events=1000000 seconds=9.800 cpu_seconds=16.000 events_per_cpu_second=62500 rss_mb=640 checkpoint=10s checkpoints=0 engine=flink
  * </pre>
  *
  * <p>The measurement starts when the job was submitted to the MiniCluster
@@ -79,12 +79,13 @@ public final class NexmarkBench {
 
         String line(Options o) {
             StringBuilder b = new StringBuilder();
-            b.append(String.format(Locale.ROOT, "flink %s events=%d seconds=%.3f cpu_seconds=%.3f events_per_cpu_second=%.0f rss_mb=%d",
+            b.append(String.format(Locale.ROOT, "nexmark %s events=%d seconds=%.3f cpu_seconds=%.3f events_per_cpu_second=%.0f rss_mb=%d",
                     o.query, o.events, seconds, cpuSeconds, o.events / cpuSeconds, peakRssMB()));
             if (!o.checkpoint.isZero()) {
                 b.append(" checkpoint=").append(formatDuration(o.checkpoint));
                 b.append(" checkpoints=").append(checkpoints);
             }
+            b.append(" engine=flink");
             return b.toString();
         }
     }
@@ -208,8 +209,11 @@ public final class NexmarkBench {
         return -1;
     }
 
-    /** Formats a duration as eddy does in its lines: 10s, 500ms, 2m. */
+    /** Formats a duration as eddy does in its lines: 10s, 500ms, 2m, 1h. */
     private static String formatDuration(Duration d) {
+        if (d.toMillis() % 3_600_000 == 0) {
+            return d.toHours() + "h";
+        }
         if (d.toMillis() % 60_000 == 0) {
             return d.toMinutes() + "m";
         }
@@ -219,7 +223,7 @@ public final class NexmarkBench {
         return d.toMillis() + "ms";
     }
 
-    /** Parses durations as 10s, 500ms, 2m or 0. */
+    /** Parses durations as 10s, 500ms, 2m, 1h or 0 (what eddy's --checkpoint takes, in whole units). */
     private static Duration parseDuration(String s) {
         if (s.equals("0")) {
             return Duration.ZERO;
@@ -233,6 +237,8 @@ public final class NexmarkBench {
                 return Duration.ofSeconds(n);
             case 'm':
                 return Duration.ofMinutes(n);
+            case 'h':
+                return Duration.ofHours(n);
             default:
                 throw new IllegalArgumentException("bad duration " + s + ": write 10s, 500ms or 2m");
         }
