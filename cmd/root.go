@@ -98,6 +98,7 @@ in the flags or arguments is followed by "Run '... --help' for usage."`,
 	root.AddCommand(newCheckpointsCommand(g))
 	root.AddCommand(newSavepointCommand(g))
 	root.AddCommand(newStateCommand(g))
+	root.AddCommand(newBenchCommand(g))
 	asRuntimeFailure(root)
 	return root
 }
