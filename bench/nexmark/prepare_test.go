@@ -1,12 +1,14 @@
 package nexmark
 
 import (
+	"io/fs"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddy-stream/eddy/configs"
 	"github.com/eddy-stream/eddy/pipeline"
 )
 
@@ -112,4 +114,32 @@ func TestQueriesInNumericOrder(t *testing.T) {
 	qs, err := Queries(fsys)
 	require.NoError(t, err)
 	require.Equal(t, []string{"q0", "q2", "q10"}, qs)
+}
+
+// Every query file built into eddy follows the convention and loads once
+// prepared: the benchmark can run each of them.
+func TestEveryQueryFilePrepares(t *testing.T) {
+	files := configs.Nexmark()
+	qs, err := Queries(files)
+	require.NoError(t, err)
+	require.Contains(t, qs, "q0")
+	for _, q := range qs {
+		text, err := fs.ReadFile(files, q+".yaml")
+		require.NoError(t, err)
+		text, err = Prepare(text, Setup{Events: 1234, Rate: 5000, Parallelism: 2, Checkpoint: 10 * time.Second})
+		require.NoError(t, err, q)
+		spec, err := pipeline.Load(pipeline.Default, q+".yaml", text)
+		require.NoError(t, err, "%s:\n%s", q, text)
+		require.Equal(t, 2, spec.Parallelism, q)
+		require.Contains(t, string(text), "count: 1234", q)
+		require.NotNil(t, spec.Checkpoint, q)
+		for _, sink := range spec.Sinks {
+			require.Equal(t, "blackhole", sink.Type, q)
+		}
+		for _, src := range spec.Sources {
+			if src.ID == SourceID {
+				require.Equal(t, "nexmark", src.Type, q)
+			}
+		}
+	}
 }
