@@ -47,6 +47,7 @@ func (o *benchNexmarkOptions) AddFlags(fs *pflag.FlagSet) {
 	_ = fs.MarkHidden("child")
 }
 
+// newBenchCommand returns `eddy bench`, the parent of the benchmarks.
 func newBenchCommand(g *globalOptions) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
@@ -56,6 +57,7 @@ func newBenchCommand(g *globalOptions) *cobra.Command {
 	return c
 }
 
+// newBenchNexmarkCommand returns `eddy bench nexmark`.
 func newBenchNexmarkCommand(g *globalOptions) *cobra.Command {
 	o := &benchNexmarkOptions{global: g}
 	c := &cobra.Command{

@@ -62,6 +62,8 @@ func Overhead(without, with Result) (wall, cpu float64) {
 		loss(without.EventsPerCPUSecond(), with.EventsPerCPUSecond())
 }
 
+// loss is how much less x is than base, as a fraction of base (0 when
+// base is 0: nothing to compare with).
 func loss(base, x float64) float64 {
 	if base == 0 {
 		return 0
