@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -242,4 +244,106 @@ func checkQ12(t *testing.T, ev nxEvents, lines []string) {
 		total[*row.Bidder] += *row.BidCount
 	}
 	require.Equal(t, bidsPerBidder(ev), total, "bids per bidder over all windows")
+}
+
+// TestNexmarkCrash runs q1 (stateless), q5 (sliding windows, then windows
+// over their results) and q4 (a regular join, then two continuous
+// aggregates, the second over the first's changelog) with exactly-once
+// checkpoints every 50ms and a paced source, SIGKILLs them at random
+// moments (as TestCrashRecovery does: -crash.seed, -crash.kills) and
+// restarts them until a run ends. The committed output must be the
+// reference's: for q1 and q5 line for line the uninterrupted run's too,
+// and for q4 a changelog that never retracts a row it did not insert and
+// folds into the reference's table.
+func TestNexmarkCrash(t *testing.T) {
+	kills := 6
+	if testing.Short() {
+		kills = 3
+	}
+	if *crashKills > 0 {
+		kills = *crashKills
+	}
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("crash seed %d (rerun with -crash.seed=%d)", seed, seed)
+	queries := map[string]nexmarkQuery{}
+	for _, q := range nexmarkQueries() {
+		queries[q.name] = q
+	}
+	for i, name := range []string{"q1", "q5", "q4"} {
+		q := queries[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runNexmarkCrash(t, q, kills, rand.New(rand.NewPCG(seed, uint64(500+i))))
+		})
+	}
+}
+
+// nexmarkCrashEvents is the size of TestNexmarkCrash's runs (half under
+// -race, where q4's checkpoints of its growing join state slow the runs
+// down most), and nexmarkCrashRate the pace of its source (events per
+// second of wall clock) in the runs it kills: about 4 s a run without
+// -race, time for several checkpoints and kills.
+var nexmarkCrashEvents = map[bool]int{false: 40_000, true: 20_000}[raceEnabled]
+
+const nexmarkCrashRate = 10_000
+
+func runNexmarkCrash(t *testing.T, q nexmarkQuery, kills int, rng *rand.Rand) {
+	work := crashWorkDir(t)
+	file := nexmarkCrashFile(t, work, q.name)
+	rate := float64(benchmarkRate)
+	if q.span > 0 {
+		rate = float64(nexmarkCrashEvents) / q.span.Seconds()
+	}
+	env := func(out, state string, emitRate int) map[string]string {
+		return map[string]string{
+			"EDDY_LOG_FORMAT": "json", "EDDY_STATE_DIR": state, "CRASH_OUT": out, "NEXMARK_OUT": out,
+			"NEXMARK_EVENTS": strconv.Itoa(nexmarkCrashEvents), "NEXMARK_RATE": strconv.FormatFloat(rate, 'f', -1, 64),
+			"NEXMARK_PARALLELISM": "2", "NEXMARK_EMIT_RATE": strconv.Itoa(emitRate),
+		}
+	}
+	ev := nexmarkEvents(int64(nexmarkCrashEvents), rate)
+	rows, err := q.ref(ev)
+	require.NoError(t, err)
+	want := canonicalRows(t, rows)
+
+	// The uninterrupted run, unpaced.
+	refOut := filepath.Join(work, "ref-out")
+	r := eddy(t, work, env(refOut, filepath.Join(work, "ref-state"), 0), "run", file)
+	require.Equal(t, 0, r.code, r.stderr)
+	ref := committedLines(t, refOut)
+	requireSameLines(t, want, foldChangelog(t, ref), q.name+": uninterrupted run vs the reference")
+
+	out := filepath.Join(work, "out")
+	cr := crashLoop(t, work, env(out, filepath.Join(work, "state"), nexmarkCrashRate), file, kills, rng)
+	t.Logf("%s: %d events, %d kills, %d incarnations, last completed checkpoint before the final run: %d; kill moments: %s",
+		q.name, nexmarkCrashEvents, cr.kills, cr.incarnations, cr.lastCompleted, strings.Join(cr.moments, ", "))
+	require.Positive(t, cr.kills, "the run ended before any kill")
+	got := committedLines(t, out)
+	requireNoHiddenParts(t, out)
+	cr.requireCommittedUnchanged(t, out)
+	requireSameLines(t, want, foldChangelog(t, got), q.name+": crashed runs vs the reference")
+	if !strings.HasPrefix(ref[0], `{"_op":`) {
+		requireSameLines(t, ref, got, q.name+": crashed runs vs the uninterrupted run")
+	}
+}
+
+// nexmarkCrashFile writes configs/nexmark/<name>.yaml into dir with an
+// exactly-once checkpoint block and the source paced by
+// NEXMARK_EMIT_RATE, and returns its path.
+func nexmarkCrashFile(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "configs", "nexmark", name+".yaml"))
+	require.NoError(t, err)
+	yaml := string(b)
+	const top, rate = "parallelism: ${NEXMARK_PARALLELISM:1}\n", "    rate: ${NEXMARK_RATE:10000000}\n"
+	require.Contains(t, yaml, top)
+	require.Contains(t, yaml, rate)
+	yaml = strings.Replace(yaml, top, top+"checkpoint:\n  interval: 50ms\n  mode: exactly_once\n  timeout: 30s\n  retain: 3\n", 1)
+	yaml = strings.Replace(yaml, rate, rate+"    emit_rate: ${NEXMARK_EMIT_RATE}\n", 1)
+	file := filepath.Join(dir, name+".yaml")
+	require.NoError(t, os.WriteFile(file, []byte(yaml), 0o644))
+	return file
 }
