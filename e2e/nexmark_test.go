@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // The Nexmark queries of configs/nexmark, run by the real binary over the
@@ -108,13 +109,35 @@ func referenceEvents(rate float64) nxEvents {
 }
 
 // TestNexmarkQueryFiles: every query file has its check here, and every
-// check its file.
+// check its file; each file follows the conventions of
+// configs/nexmark/README.md: a source with id nexmark of type nexmark whose
+// count and rate come from NEXMARK_EVENTS and NEXMARK_RATE, and one sink,
+// with id out, reading the step named after the query.
 func TestNexmarkQueryFiles(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(repoRoot, "configs", "nexmark", "q*.yaml"))
 	require.NoError(t, err)
 	var got, want []string
 	for _, f := range files {
-		got = append(got, strings.TrimSuffix(filepath.Base(f), ".yaml"))
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		got = append(got, name)
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var p struct {
+			Parallelism string           `yaml:"parallelism"`
+			Sources     []map[string]any `yaml:"sources"`
+			Sinks       []map[string]any `yaml:"sinks"`
+		}
+		require.NoError(t, yaml.Unmarshal(b, &p), f)
+		require.Equal(t, "${NEXMARK_PARALLELISM:1}", p.Parallelism, f)
+		src := slices.IndexFunc(p.Sources, func(s map[string]any) bool { return s["id"] == "nexmark" })
+		require.GreaterOrEqual(t, src, 0, "%s: no source with id nexmark", f)
+		require.Equal(t, "nexmark", p.Sources[src]["type"], f)
+		require.Equal(t, "${NEXMARK_EVENTS:1000000}", p.Sources[src]["count"], f)
+		require.Equal(t, "${NEXMARK_RATE:10000000}", p.Sources[src]["rate"], f)
+		require.Len(t, p.Sinks, 1, f)
+		require.Equal(t, "out", p.Sinks[0]["id"], f)
+		require.Equal(t, name, p.Sinks[0]["from"], f)
+		require.Equal(t, "${NEXMARK_OUT:nexmark-out/"+name+"}/", p.Sinks[0]["path"], f)
 	}
 	for _, q := range nexmarkQueries() {
 		want = append(want, q.name)
