@@ -99,6 +99,7 @@ in the flags or arguments is followed by "Run '... --help' for usage."`,
 	root.AddCommand(newSavepointCommand(g))
 	root.AddCommand(newStateCommand(g))
 	root.AddCommand(newGroupCommand())
+	root.AddCommand(newBenchCommand(g))
 	asRuntimeFailure(root)
 	return root
 }
