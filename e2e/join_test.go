@@ -234,7 +234,12 @@ func TestJoinCrashRescale(t *testing.T) {
 // its savepoint at parallelism 1 to the end. Each savepoint holds join
 // state (orders and payments waiting for their intervals to close), and
 // the committed output is the computed join, each row once.
+//
+// The generators are paced so that the input lasts savepointRunSeconds:
+// the first two runs must still be reading when their third checkpoint
+// completes (slow under -race), or there is no savepoint to stop with.
 func TestJoinRescaleSavepoint(t *testing.T) {
+	const savepointRunSeconds = 5
 	n := joinRecords
 	work := t.TempDir()
 	out, state := filepath.Join(work, "out"), filepath.Join(work, "state")
@@ -246,7 +251,9 @@ func TestJoinRescaleSavepoint(t *testing.T) {
 		if sp != "" {
 			args = []string{"run", "--from-savepoint", sp, file}
 		}
-		p := startEddy(t, work, joinEnv("left", n, par, out, state), args...)
+		env := joinEnv("left", n, par, out, state)
+		env["JOIN_RATE"] = strconv.Itoa(n / savepointRunSeconds)
+		p := startEddy(t, work, env, args...)
 		last := k == len(pars)-1
 		if !last {
 			sp = stopWithSavepoint(t, p, 3)
