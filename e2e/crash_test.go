@@ -51,7 +51,8 @@ import (
 //
 //	exactly_once: the committed output is the uninterrupted run's, as a
 //	  multiset of lines (and, for windows, per key and window).
-//	at_least_once: nothing is missing; what a replay may repeat is allowed.
+//	at_least_once: nothing is lost; what a replay may repeat is allowed
+//	  (for dedupe: every input record is kept or within a kept record's span).
 //
 // -short runs fewer kills on smaller inputs; -crash.kills sets the number
 // of kills (a soak test: -crash.kills=30 -count=5).
@@ -84,9 +85,9 @@ type crashScenario struct {
 	input func(t *testing.T, dir string, n int)
 	// expected returns the records the pipeline must commit for n inputs.
 	expected func(n int) []map[string]any
-	// atLeastOnce checks the output of an at_least_once run against the
-	// expected lines.
-	atLeastOnce func(t *testing.T, want, got []string)
+	// atLeastOnce checks the output of an at_least_once run over n inputs
+	// against the expected lines.
+	atLeastOnce func(t *testing.T, n int, want, got []string)
 	// exact adds checks of an exactly_once run beyond multiset equality.
 	exact func(t *testing.T, want, got []string)
 	// state, when set, is a state block appended to the pipeline file.
@@ -238,7 +239,7 @@ func runCrashScenario(t *testing.T, sc crashScenario, mode string, n, kills int,
 		}
 		return
 	}
-	sc.atLeastOnce(t, ref, got)
+	sc.atLeastOnce(t, n, ref, got)
 }
 
 // TestCrashRescaleFileSource: the window scenario over twelve input files
@@ -916,7 +917,7 @@ func checkWindowsExact(t *testing.T, want, got []string) {
 // missing one was replayed: {x, y, x, y} of a window of {x, y, z} (seen
 // with n=4 beside the complete n=3), so the largest count is not the
 // result to check. A result for a window that has no records is an error.
-func checkWindowsAtLeastOnce(t *testing.T, want, got []string) {
+func checkWindowsAtLeastOnce(t *testing.T, _ int, want, got []string) {
 	t.Helper()
 	w, g := windowResults(t, want), windowResults(t, got)
 	for k := range g {
@@ -949,19 +950,42 @@ func expectedDedupe(n int) []map[string]any {
 	return out
 }
 
-// checkDedupeAtLeastOnce: every kept record is there; a record may be
-// there twice, but nothing is there that dedupe drops.
-func checkDedupeAtLeastOnce(t *testing.T, want, got []string) {
+// checkDedupeAtLeastOnce checks what at_least_once promises a dedupe:
+// nothing is lost without a trace. A restore may replay records whose
+// effect the restored state already holds (barriers are not aligned),
+// including a span that a watermark past the checkpoint's positions
+// closed: a replayed record of that span is kept again and opens a new
+// span, and a record the uninterrupted run keeps can then be dropped as a
+// duplicate of it. So every output line is an input record, and every
+// input record is covered: a record of its key is in the output from
+// within its span (at or less than `within` before it). Runs without
+// replays (most) match the uninterrupted run exactly; the test logs
+// which.
+func checkDedupeAtLeastOnce(t *testing.T, n int, want, got []string) {
 	t.Helper()
+	const within = 30_000
+	kept := map[string][]int64{} // output times by id
+	for _, l := range got {
+		var r struct {
+			ID string `json:"id"`
+			N  int    `json:"n"`
+			TS int64  `json:"ts"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &r), l)
+		require.True(t, r.N >= 0 && r.N < n && r.ID == "o"+strconv.Itoa(r.N%2000) && r.TS == eventTime(r.N),
+			"an output line that is no input record: %s", l)
+		kept[r.ID] = append(kept[r.ID], r.TS)
+	}
+	var uncovered []int
+	for i := range n {
+		id, ts := "o"+strconv.Itoa(i%2000), eventTime(i)
+		if !slices.ContainsFunc(kept[id], func(k int64) bool { return k <= ts && ts-k < within }) {
+			uncovered = append(uncovered, i)
+		}
+	}
+	require.Empty(t, uncovered, "input records (n) neither in the output nor within the span of a kept record of their id")
 	missing, extra := lineDiff(want, got)
-	require.Empty(t, missing, "records missing")
-	expected := map[string]bool{}
-	for _, l := range want {
-		expected[l] = true
-	}
-	for _, l := range extra {
-		require.True(t, expected[l], "a record dedupe drops was written: %s", l)
-	}
+	t.Logf("against the uninterrupted run: %d records missing, %d extra (replays)", len(missing), len(extra))
 }
 
 // (c) continuous aggregate, upsert changelog
@@ -1016,7 +1040,7 @@ func checkAggregateExact(t *testing.T, want, got []string) {
 // count replayed records twice, so no row can be expected verbatim; but
 // every count from 1 to the key's number of records appears (nothing is
 // skipped), and the final row counts, sums and maxes at least every record.
-func checkAggregateAtLeastOnce(t *testing.T, want, got []string) {
+func checkAggregateAtLeastOnce(t *testing.T, _ int, want, got []string) {
 	t.Helper()
 	w, g := aggregateRows(t, want), aggregateRows(t, got)
 	require.Equal(t, len(w), len(g), "keys")
