@@ -164,7 +164,7 @@ func (s *sink) Open(ctx context.Context, sc *pipeline.SinkContext) error {
 			rollSize = int64(DefaultRollSize)
 		}
 		s.parts = &partWriter{
-			fs: s.fs, now: s.now, logger: logger, id: sc.ID, subtask: sc.Subtask,
+			fs: s.fs, now: s.now, logger: logger, id: sc.ID, subtask: sc.Subtask, parallelism: sc.Parallelism,
 			layout: partLayoutOf(s.cfg.Path, s.cfg.Format), enc: s.cfg.NewEncoder(),
 			rollSize: rollSize, rollInterval: s.cfg.RollInterval.D(),
 		}

@@ -138,38 +138,53 @@ const (
 	partInProgress
 )
 
-// parse tells whether name is a part file of subtask k, and its sequence
-// number and kind.
-func (l partLayout) parse(name string, k int) (int64, partKind, bool) {
+// parse returns the subtask, sequence number and kind of a part file
+// name of the layout; ok is false for any other name.
+func (l partLayout) parse(name string) (k int, seq int64, kind partKind, ok bool) {
 	kind, base := partFinal, name
-	if s, ok := strings.CutSuffix(name, ".inprogress"); ok && strings.HasPrefix(s, ".") {
+	if s, found := strings.CutSuffix(name, ".inprogress"); found && strings.HasPrefix(s, ".") {
 		kind, base = partInProgress, s[1:]
-	} else if s, ok := strings.CutSuffix(name, ".pending"); ok && strings.HasPrefix(s, ".") {
+	} else if s, found := strings.CutSuffix(name, ".pending"); found && strings.HasPrefix(s, ".") {
 		kind, base = partPending, s[1:]
 	}
-	rest, ok := strings.CutPrefix(base, l.prefix+"-"+strconv.Itoa(k)+"-")
-	if !ok {
-		return 0, 0, false
+	rest, found := strings.CutPrefix(base, l.prefix+"-")
+	if !found {
+		return 0, 0, 0, false
 	}
-	digits, ok := strings.CutSuffix(rest, l.ext)
-	if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
-		return 0, 0, false
+	sub, rest, found := strings.Cut(rest, "-")
+	if !found || !allDigits(sub) {
+		return 0, 0, 0, false
 	}
-	seq, err := strconv.ParseInt(digits, 10, 64)
+	digits, found := strings.CutSuffix(rest, l.ext)
+	if !found || !allDigits(digits) {
+		return 0, 0, 0, false
+	}
+	k, err := strconv.Atoi(sub)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return seq, kind, true
+	seq, err = strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	return k, seq, kind, true
 }
+
+func allDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
 // partWriter is the transactional mode of the file sink of one subtask. Its
 // methods run on the sink's task goroutine.
 type partWriter struct {
-	fs           fileSystem
-	now          func() time.Time
-	logger       *slog.Logger
-	id           string
-	subtask      int
+	fs      fileSystem
+	now     func() time.Time
+	logger  *slog.Logger
+	id      string
+	subtask int
+	// parallelism is the sink's parallelism in this run: the subtask also
+	// owns the leftovers of the old subtasks j >= parallelism with
+	// j mod parallelism == subtask (a run restored at a lower parallelism),
+	// as it commits their committables.
+	parallelism  int
 	layout       partLayout
 	enc          codec.Encoder
 	rollSize     int64
@@ -206,9 +221,10 @@ func (p *partWriter) errorf(format string, args ...any) error {
 }
 
 // open commits the restored committables, then deletes the in-progress and
-// pending files of this subtask that none of them references (the crashed
-// run's, whose records the sources replay), and continues the sequence
-// numbers after the highest one left in the directory.
+// pending files of this subtask (and of the old subtasks it took over, see
+// owns) that none of them references (the crashed run's, whose records the
+// sources replay), and continues the sequence numbers after the highest one
+// of its own left in the directory.
 func (p *partWriter) open(ctx context.Context, committables [][]byte) error {
 	if err := p.fs.MkdirAll(p.layout.dir); err != nil {
 		return p.errorf("%w", err)
@@ -229,13 +245,15 @@ func (p *partWriter) open(ctx context.Context, committables [][]byte) error {
 	}
 	removed := 0
 	for _, e := range entries {
-		seq, kind, ok := p.layout.parse(e.Name(), p.subtask)
-		if !ok {
+		k, seq, kind, ok := p.layout.parse(e.Name())
+		if !ok || !p.owns(k) {
 			continue
 		}
 		name := p.path(e.Name())
 		if kind == partFinal || referenced[name] || !e.Type().IsRegular() {
-			p.seq = max(p.seq, seq+1)
+			if k == p.subtask {
+				p.seq = max(p.seq, seq+1)
+			}
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -254,6 +272,13 @@ func (p *partWriter) open(ctx context.Context, committables [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// owns tells whether the part files of subtask k are this subtask's to
+// clean up at a restore: its own, and those of an old subtask that the
+// current parallelism no longer has and whose committables it commits.
+func (p *partWriter) owns(k int) bool {
+	return k == p.subtask || (p.parallelism > 0 && k >= p.parallelism && k%p.parallelism == p.subtask)
 }
 
 func (p *partWriter) fail(err error) error {

@@ -413,6 +413,41 @@ func TestPartSinkParallelSubtasks(t *testing.T) {
 	require.NoError(t, s1.Close(ctx))
 }
 
+// TestPartSinkScaleDown: restored at a lower parallelism, subtask k commits
+// the committables of the old subtasks j with j mod parallelism == k (the
+// runtime hands them over) and deletes those subtasks' leftovers too, so
+// that no hidden part file of a subtask that no longer runs stays behind.
+func TestPartSinkScaleDown(t *testing.T) {
+	dir := t.TempDir()
+	cfg := loadSink(t, "path: "+filepath.Join(dir, "out.jsonl"))
+	ctx := context.Background()
+	var cs [3][]byte
+	for k := range 3 {
+		s := openParts(t, cfg, k, 3, nil)
+		require.NoError(t, s.Write(ctx, recs(10*k, 10*k+2)))
+		c, err := s.PreCommit(ctx, 1)
+		require.NoError(t, err)
+		cs[k] = c
+		require.NoError(t, s.Write(ctx, recs(10*k+2, 10*k+3)))
+		require.NoError(t, s.parts.w.Flush())
+		crash(s)
+	}
+
+	s0 := openParts(t, cfg, 0, 2, [][]byte{cs[0], cs[2]})
+	visible, hidden := listDir(t, dir)
+	require.Equal(t, []string{"out-0-000000.jsonl", "out-2-000000.jsonl"}, visible)
+	require.Equal(t, []string{".out-1-000000.jsonl.pending", ".out-1-000001.jsonl.inprogress"}, hidden,
+		"subtask 0 of 2 cleans up after old subtask 2 and leaves subtask 1's files alone")
+	require.Equal(t, lines(20, 22), readFile(t, filepath.Join(dir, "out-2-000000.jsonl")))
+
+	s1 := openParts(t, cfg, 1, 2, [][]byte{cs[1]})
+	visible, hidden = listDir(t, dir)
+	require.Equal(t, []string{"out-0-000000.jsonl", "out-1-000000.jsonl", "out-2-000000.jsonl"}, visible)
+	require.Empty(t, hidden)
+	require.NoError(t, s0.Close(ctx))
+	require.NoError(t, s1.Close(ctx))
+}
+
 func TestPartSinkContinuesSequence(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"part-0-000007.jsonl", "part-1-000009.jsonl", "part-0-x.jsonl", "other.jsonl"} {
@@ -493,8 +528,9 @@ func TestPartLayout(t *testing.T) {
 		for name, kind := range map[string]partKind{
 			tt.final: partFinal, inProgressName(tt.final): partInProgress, pendingName(tt.final): partPending,
 		} {
-			seq, k, ok := l.parse(name, 3)
+			sub, seq, k, ok := l.parse(name)
 			require.True(t, ok, name)
+			require.Equal(t, 3, sub, name)
 			require.Equal(t, int64(12), seq)
 			require.Equal(t, kind, k, name)
 		}
@@ -502,10 +538,10 @@ func TestPartLayout(t *testing.T) {
 	l := partLayout{"out", "out", ".jsonl"}
 	require.Equal(t, "out-1-1234567.jsonl", l.final(1, 1234567))
 	for _, name := range []string{
-		"out-10-000001.jsonl", "out-1-0-000001.jsonl", "out-1-.jsonl", "out-1-00a1.jsonl",
+		"out-1-0-000001.jsonl", "out-1-.jsonl", "out-1-00a1.jsonl", "out--000001.jsonl", "out-a-000001.jsonl",
 		"out-1-000001.csv", ".out-1-000001.jsonl", "out-1-000001.jsonl.pending", "x-1-000001.jsonl",
 	} {
-		_, _, ok := l.parse(name, 1)
+		_, _, _, ok := l.parse(name)
 		require.False(t, ok, name)
 	}
 }
