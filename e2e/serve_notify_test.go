@@ -93,12 +93,7 @@ func TestServeSystemdNotify(t *testing.T) {
 	// A reload: the env file's level, and a file added to the folder.
 	writeFile(t, envFile, "# changed\nEDDY_LOG_LEVEL=debug\n")
 	writeFile(t, filepath.Join(dir, "added.yaml"), servePipelineText("added"))
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
-	reloading, _ := sock.until(t, "RELOADING=1")
-	require.True(t, hasField(reloading, "MONOTONIC_USEC="), "%q", reloading)
-	after := sock.next(t)
-	require.True(t, hasField(after, "READY=1"), "after RELOADING=1 comes READY=1, not %q", after)
-	waitForLog(t, p, "settings reloaded")
+	sock.reload(t, p)
 	waitForLog(t, p, "checkpoint triggered")
 	c.waitStates(p, map[string]string{"steady": "running", "gated": "running", "failing": "failed", "added": "running"})
 
