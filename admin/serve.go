@@ -77,6 +77,10 @@ type Manager struct {
 	// duplicates are the files already reported as another file's
 	// duplicate.
 	duplicates map[string]bool
+	// scanned is set once a scan read the folder; lastScan is when the
+	// newest scan ended, whether or not it could read the folder.
+	scanned  bool
+	lastScan time.Time
 
 	// transitions counts the starts, stops and replacements under way.
 	transitions sync.WaitGroup
@@ -343,15 +347,17 @@ func (m *Manager) Scan() { m.scan() }
 // channel is closed when its transition ended.
 func (m *Manager) scan() map[string]<-chan struct{} {
 	files, err := m.readFolder()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lastScan = time.Now()
 	if err != nil {
 		m.logger.Error("cannot scan the pipelines folder", "dir", m.opts.Dir, "err", err.Error())
 		return nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closing {
 		return nil
 	}
+	m.scanned = true
 	began := map[string]<-chan struct{}{}
 	for name, e := range m.entries {
 		if _, ok := files[name]; !ok && !e.removed {
@@ -505,6 +511,12 @@ func (m *Manager) start(e *entry, spec *pipeline.Spec, fromSavepoint string) *ru
 				}
 			}
 			close(r.started)
+			m.mu.Lock()
+			m.notify()
+			m.mu.Unlock()
+		},
+		OnRunning: func(int) {
+			// Every task opened: the pipeline's state is running now.
 			m.mu.Lock()
 			m.notify()
 			m.mu.Unlock()

@@ -69,9 +69,10 @@ type PipelineRow struct {
 	// File is the pipeline's file in the folder.
 	File string `json:"file"`
 	// State is the run's (starting, restoring, running, stopping,
-	// restarting, finished, stopped, cancelled, failed, aborted), invalid
-	// for a file that does not load and never ran, or pending while its
-	// first run is being set up.
+	// restarting, finished, stopped, cancelled, failed, aborted); without
+	// a run: invalid for a file that does not load, stopped when stopped
+	// on request, aborted when its run could not be made (Reason says
+	// why), or pending while its first run is being set up.
 	State string `json:"state"`
 	Ready bool   `json:"ready"`
 	// StoppedOnRequest is set by POST .../stop: the pipeline stays stopped
@@ -121,12 +122,22 @@ func (m *Manager) row(e *entry) (PipelineRow, *run) {
 			row.Error = r.err.Error()
 		}
 	case row.Problems != nil:
-		row.State = "invalid"
+		row.State = stateInvalid
+	case row.StoppedOnRequest:
+		row.State = pipeline.RunStopped.String()
+	case row.Reason != "":
+		row.State = pipeline.RunAborted.String()
 	default:
-		row.State = "pending"
+		row.State = statePending
 	}
 	return row, r
 }
+
+// The states of a pipeline without a run (PipelineRow.State).
+const (
+	stateInvalid = "invalid"
+	statePending = "pending"
+)
 
 // detail returns e's row with its run's readiness and status.
 func (m *Manager) detail(e *entry) PipelineDetail {
@@ -250,20 +261,12 @@ func (m *Manager) leave(e *entry) {
 // serveHealth serves GET /healthz: 200 while eddy serve runs ("running",
 // then "stopping"), with each pipeline's state.
 func (m *Manager) serveHealth(w http.ResponseWriter, r *http.Request) {
-	states := map[string]string{}
-	for _, name := range m.names() {
-		if e := m.lookup(name); e != nil {
-			row, _ := m.row(e)
-			states[name] = row.State
-		}
-	}
-	m.mu.Lock()
+	s := m.Summary()
 	status := "running"
-	if m.closing {
+	if s.Closing {
 		status = "stopping"
 	}
-	m.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "pipelines": states})
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "pipelines": s.States})
 }
 
 // ServeReadiness is the JSON answer of GET /readyz under eddy serve.

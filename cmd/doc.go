@@ -1,8 +1,8 @@
 // Package cmd is eddy's command line: the cobra commands (run, validate,
 // explain, schema, checkpoints, savepoint, state, health, version, dev;
 // cobra's completion), their flags, the EDDY_* environment variables read
-// through viper (and the --env-file that sets them), and what `eddy run`
-// tells systemd and draws on a terminal.
+// through viper (and the --env-file that sets them), what `eddy run` and
+// `eddy serve` tell systemd, and what `eddy run` draws on a terminal.
 //
 // cmd is the only package that uses viper and the only one that knows about
 // exit codes: 0 ok, 1 runtime failure, 2 invalid input (an invalid pipeline

@@ -20,15 +20,17 @@ import (
 // statusInterval is how often the STATUS= line is brought up to date.
 const statusInterval = 2 * time.Second
 
-// service is `eddy run`'s side of systemd's service protocol (sd_notify,
-// for Type=notify units): it sends READY=1 once the pipeline restored and
-// runs, STATUS= lines, WATCHDOG=1 while the run is healthy, STOPPING=1 when
-// it stops, and RELOADING=1 then READY=1 around a reload on SIGHUP. Without
+// service is eddy's side of systemd's service protocol (sd_notify, for
+// Type=notify units), for `eddy run` (newService) and `eddy serve`
+// (newServeService): it sends READY=1 once what it watches has started,
+// STATUS= lines, WATCHDOG=1 while it is healthy, STOPPING=1 when it
+// stops, and RELOADING=1 then READY=1 around a reload on SIGHUP. Without
 // $NOTIFY_SOCKET nothing is sent, and SIGHUP still reloads.
 //
 // A reload reads the --env-file again and sets the log level anew (the
 // only runner setting that changes live): --log-level, then EDDY_LOG_LEVEL
-// set outside the env file, then the env file's, then info.
+// set outside the env file, then the env file's, then info. Then what it
+// watches reloads what it can (eddy serve looks at its folder).
 type service struct {
 	logger *slog.Logger
 	global *globalOptions
@@ -37,20 +39,17 @@ type service struct {
 	// watchdog is the service's WatchdogSec ($WATCHDOG_USEC); WATCHDOG=1
 	// goes every half of it. 0: no watchdog.
 	watchdog time.Duration
-	// checkpointing: the pipeline has a checkpoint block (STATUS says
-	// which checkpoint it is at).
-	checkpointing bool
-	metrics       *pipeline.Metrics
-	// runner is the run watched, nil before watch.
-	runner *pipeline.Runner
 
 	signals chan os.Signal
 	quit    chan struct{}
 	wg      sync.WaitGroup
 
 	mu sync.Mutex
-	// started and running are the attempts whose job started and opened.
-	started, running int
+	// of is what the service reports on; its methods are called with mu
+	// held.
+	of watched
+	// pipe is of for eddy run, nil for eddy serve.
+	pipe *pipelineWatch
 	// ready: READY=1 was sent.
 	ready bool
 	// stopping: STOPPING=1 was sent.
@@ -59,12 +58,43 @@ type service struct {
 	status string
 }
 
-// newService starts handling SIGHUP (a reload) and, under systemd, watching
-// for a stop signal; close ends it. Call it before the run starts, so
-// that a SIGHUP while the pipeline restores does not end the process.
+// watched is what a service reports to systemd: eddy run's pipeline
+// (pipelineWatch) or eddy serve's folder (folderWatch). The service calls
+// its methods with its lock held, from its goroutines and those of the
+// run's callbacks.
+type watched interface {
+	// statusText is the STATUS= line of how it stands now.
+	statusText() string
+	// readyText is the STATUS= line sent with READY=1.
+	readyText() string
+	// healthy tells whether the watchdog pings now (watchdogGate).
+	healthy() bool
+	// stopping tells whether it stops; a stop that no signal asked for
+	// (the admin endpoint's) sends STOPPING=1 when the service sees it.
+	stopping() bool
+	// endText is the STATUS= line sent with STOPPING=1 once it ended.
+	endText() string
+	// reload reloads what it can after the settings were reloaded
+	// (SIGHUP).
+	reload()
+}
+
+// newService starts eddy run's service: it handles SIGHUP (a reload)
+// and, under systemd, watches for a stop signal; close ends it. Call it
+// before the run starts, so that a SIGHUP while the pipeline restores
+// does not end the process; watch then follows the run.
 func newService(logger *slog.Logger, g *globalOptions, checkpointing bool, m *pipeline.Metrics) *service {
-	s := &service{logger: logger, global: g, notifying: os.Getenv("NOTIFY_SOCKET") != "",
-		checkpointing: checkpointing, metrics: m, signals: make(chan os.Signal, 4), quit: make(chan struct{})}
+	p := &pipelineWatch{checkpointing: checkpointing, metrics: m}
+	s := startService(logger, g, p)
+	s.pipe = p
+	return s
+}
+
+// startService starts a service on of: the signal handling, and the
+// first STATUS= line.
+func startService(logger *slog.Logger, g *globalOptions, of watched) *service {
+	s := &service{logger: logger, global: g, notifying: os.Getenv("NOTIFY_SOCKET") != "", of: of,
+		signals: make(chan os.Signal, 4), quit: make(chan struct{})}
 	d, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		logger.Warn("systemd watchdog: no pings", "err", err.Error())
@@ -72,64 +102,84 @@ func newService(logger *slog.Logger, g *globalOptions, checkpointing bool, m *pi
 	s.watchdog = d
 	signal.Notify(s.signals, syscall.SIGHUP)
 	if s.notifying {
-		// The run's own handler acts on these; this one only tells systemd.
+		// The command's own handler acts on these; this one only tells
+		// systemd.
 		signal.Notify(s.signals, os.Interrupt, syscall.SIGTERM)
-		logger.Debug("telling systemd how the run stands", "watchdog", s.watchdog)
+		logger.Debug("telling systemd how eddy stands", "watchdog", s.watchdog)
 	}
-	s.setStatus("starting: restoring state and opening sources")
+	s.mu.Lock()
+	s.sendLocked("", s.of.statusText())
+	s.mu.Unlock()
 	s.wg.Go(s.handleSignals)
 	return s
 }
 
 // watch keeps STATUS= up to date and sends WATCHDOG=1 until close, from
-// the state of r.
+// the state of eddy run's r.
 func (s *service) watch(r *pipeline.Runner) {
-	s.runner = r
-	if !s.notifying {
-		return
-	}
-	s.wg.Go(func() { s.loop(r) })
+	s.mu.Lock()
+	s.pipe.runner = r
+	s.mu.Unlock()
+	s.follow()
 }
 
-// jobStarted records that the job of an attempt started (OnStart).
+// follow keeps STATUS= up to date and sends WATCHDOG=1 until close.
+func (s *service) follow() {
+	if s.notifying {
+		s.wg.Go(s.loop)
+	}
+}
+
+// jobStarted records that the job of an attempt of eddy run started
+// (OnStart).
 func (s *service) jobStarted(attempt int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.started = attempt
+	s.pipe.started = attempt
 }
 
-// jobRunning sends READY=1 once the job of an attempt opened every task
-// (OnRunning): its state restored, its sources open.
+// jobRunning sends READY=1 once the job of an attempt of eddy run opened
+// every task (OnRunning): its state restored, its sources open.
 func (s *service) jobRunning(attempt int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.running = attempt
-	if s.stopping {
-		return // a stop came first: systemd is told STOPPING=1 already
-	}
-	s.ready = true
-	s.sendLocked("READY=1", s.runningText())
+	s.pipe.running = attempt
+	s.readyLocked()
 }
 
-// runningText is the STATUS= line of a run whose job opened; s.mu is held.
-func (s *service) runningText() string {
-	return statusText(pipeline.RunRunning, true, s.checkpointing, s.metrics.CheckpointStats()) + s.restartSuffix()
+// readyWhen sends READY=1 once started returns true, on a goroutine of
+// the service; started must return (false) before close, when the
+// command stops.
+func (s *service) readyWhen(started func() bool) {
+	s.wg.Go(func() {
+		if started() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.readyLocked()
+		}
+	})
+}
+
+// readyLocked sends READY=1, unless a stop came first (systemd is told
+// STOPPING=1 already); s.mu is held.
+func (s *service) readyLocked() {
+	if s.stopping {
+		return
+	}
+	s.ready = true
+	s.sendLocked("READY=1", s.of.readyText())
 }
 
 // close ends the signal handling and the watch, and sends STOPPING=1 with
-// the state the run ended in.
+// the state it ended in.
 func (s *service) close() {
 	close(s.quit)
 	s.wg.Wait()
 	signal.Stop(s.signals)
-	state := pipeline.RunAborted // no runner: it could not start
-	if s.runner != nil {
-		state = s.runner.State()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopping = true
-	s.sendLocked("STOPPING=1", state.String())
+	s.sendLocked("STOPPING=1", s.of.endText())
 }
 
 // handleSignals reloads on SIGHUP and sends STOPPING=1 on the first SIGINT
@@ -159,9 +209,10 @@ func (s *service) stopped() {
 	}
 }
 
-// reload reads the env file again and sets the log level anew; once the
-// run was ready it tells systemd RELOADING=1 before and READY=1 after.
-// It holds s.mu throughout, so that no STATUS= comes in between.
+// reload reads the env file again, sets the log level anew and reloads
+// what the service watches; once that was ready it tells systemd
+// RELOADING=1 before and READY=1 after. It holds s.mu throughout, so that
+// no STATUS= comes in between.
 func (s *service) reload() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,8 +233,9 @@ func (s *service) reload() {
 			s.logger.Warn("the env file changed settings that apply at the next start only", "variables", strings.Join(later, ","))
 		}
 	}
+	s.of.reload()
 	if ready {
-		s.sendLocked("READY=1", s.runningText())
+		s.sendLocked("READY=1", s.of.readyText())
 	}
 }
 
@@ -229,9 +281,9 @@ func envFilePath(f *envFile) string {
 }
 
 // loop brings STATUS= up to date every statusInterval, and sends
-// WATCHDOG=1 every half WatchdogSec while the run is healthy
-// (watchdogGate), until close.
-func (s *service) loop(r *pipeline.Runner) {
+// WATCHDOG=1 every half WatchdogSec while what the service watches is
+// healthy (watchdogGate), until close.
+func (s *service) loop() {
 	status := time.NewTicker(statusInterval)
 	defer status.Stop()
 	var ping <-chan time.Time
@@ -244,9 +296,9 @@ func (s *service) loop(r *pipeline.Runner) {
 	for {
 		select {
 		case <-status.C:
-			s.refresh(r.State())
+			s.refresh()
 		case now := <-ping:
-			if gate.ping(now, s.healthy(r.State())) {
+			if gate.ping(now, s.healthy()) {
 				s.send("WATCHDOG=1")
 			}
 		case <-s.quit:
@@ -255,28 +307,21 @@ func (s *service) loop(r *pipeline.Runner) {
 	}
 }
 
-// healthy tells whether the run is healthy in state: running with every
-// task of its current job open, or stopping.
-func (s *service) healthy(state pipeline.RunState) bool {
+// healthy tells whether what the service watches is healthy.
+func (s *service) healthy() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch state {
-	case pipeline.RunRunning:
-		return s.opened()
-	case pipeline.RunStopping:
-		return true
-	}
-	return false
+	return s.of.healthy()
 }
 
-// refresh sends the STATUS= line of the run's state when it changed, and
-// STOPPING=1 once the run stops (a stop from the admin endpoint).
-func (s *service) refresh(state pipeline.RunState) {
+// refresh sends the STATUS= line when it changed, and STOPPING=1 once
+// what the service watches stops (a stop from the admin endpoint).
+func (s *service) refresh() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	text := statusText(state, s.opened(), s.checkpointing, s.metrics.CheckpointStats()) + s.restartSuffix()
+	text := s.of.statusText()
 	switch {
-	case state == pipeline.RunStopping && !s.stopping:
+	case !s.stopping && s.of.stopping():
 		s.stopping = true
 		s.sendLocked("STOPPING=1", text)
 	case text != s.status:
@@ -284,13 +329,69 @@ func (s *service) refresh(state pipeline.RunState) {
 	}
 }
 
-// opened tells whether the current job opened every task; s.mu is held.
-func (s *service) opened() bool { return s.started > 0 && s.running == s.started }
+// pipelineWatch is eddy run's pipeline as its service reports it: READY=1
+// once the job opened every task, the STATUS= line of its state and
+// latest checkpoint, healthy while it runs with every task open (or
+// stops). Its fields are guarded by the service's lock.
+type pipelineWatch struct {
+	// checkpointing: the pipeline has a checkpoint block (STATUS says
+	// which checkpoint it is at).
+	checkpointing bool
+	metrics       *pipeline.Metrics
+	// runner is the run watched, nil before watch.
+	runner *pipeline.Runner
+	// started and running are the attempts whose job started and opened.
+	started, running int
+}
 
-// restartSuffix says which restart the current job is; s.mu is held.
-func (s *service) restartSuffix() string {
-	if s.started > 1 {
-		return fmt.Sprintf(" (restart %d)", s.started-1)
+// state is the run's state; starting before watch.
+func (p *pipelineWatch) state() pipeline.RunState {
+	if p.runner == nil {
+		return pipeline.RunStarting
+	}
+	return p.runner.State()
+}
+
+func (p *pipelineWatch) statusText() string {
+	return statusText(p.state(), p.opened(), p.checkpointing, p.metrics.CheckpointStats()) + p.restartSuffix()
+}
+
+// readyText is the STATUS= line of a run whose job opened.
+func (p *pipelineWatch) readyText() string {
+	return statusText(pipeline.RunRunning, true, p.checkpointing, p.metrics.CheckpointStats()) + p.restartSuffix()
+}
+
+// healthy: running with every task of the current job open, or stopping.
+func (p *pipelineWatch) healthy() bool {
+	switch p.state() {
+	case pipeline.RunRunning:
+		return p.opened()
+	case pipeline.RunStopping:
+		return true
+	}
+	return false
+}
+
+func (p *pipelineWatch) stopping() bool { return p.state() == pipeline.RunStopping }
+
+// endText is the state the run ended in; aborted when it could not start.
+func (p *pipelineWatch) endText() string {
+	if p.runner == nil {
+		return pipeline.RunAborted.String()
+	}
+	return p.runner.State().String()
+}
+
+// reload: a run reloads nothing besides the settings.
+func (p *pipelineWatch) reload() {}
+
+// opened tells whether the current job opened every task.
+func (p *pipelineWatch) opened() bool { return p.started > 0 && p.running == p.started }
+
+// restartSuffix says which restart the current job is.
+func (p *pipelineWatch) restartSuffix() string {
+	if p.started > 1 {
+		return fmt.Sprintf(" (restart %d)", p.started-1)
 	}
 	return ""
 }
@@ -318,13 +419,6 @@ func statusText(state pipeline.RunState, opened, checkpointing bool, stats pipel
 		return fmt.Sprintf("running, restored checkpoint %d", stats.Restored.ID)
 	}
 	return "running, no checkpoint yet"
-}
-
-// setStatus sends a STATUS= line.
-func (s *service) setStatus(text string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sendLocked("", text)
 }
 
 // sendLocked sends fields (newline-separated, may be empty) and the

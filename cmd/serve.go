@@ -76,7 +76,14 @@ and writes must be in --data-dir (its state.dir, if any, in --state-dir).
 
 SIGINT or SIGTERM stop every pipeline as eddy run does (with a savepoint,
 unless its checkpoint.on_sigterm says otherwise); a second signal cancels
-them. Exit codes: 0 stopped, 1 the admin endpoint failed, 2 invalid flags.`,
+them. SIGHUP reads the --env-file again and sets the log level anew, as
+for eddy run, and looks at the folder at once. Under systemd (Type=notify:
+the environment has NOTIFY_SOCKET) serve reports READY=1 once every
+pipeline of the folder started (restored and running, or failed), STATUS=
+lines ("3 pipelines: 2 running, 1 failed (orders)"), RELOADING=1 and
+READY=1 around a reload, STOPPING=1, and pings the watchdog (WatchdogSec)
+while it follows its folder (docs/running.md, "systemd").
+Exit codes: 0 stopped, 1 the admin endpoint failed, 2 invalid flags.`,
 		Args: exactArgs(0, "no arguments (the folder is --dir)"),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return o.run(c)
@@ -146,6 +153,8 @@ func (o *serveOptions) run(c *cobra.Command) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	svc := newServeService(logger, o.global, m, o.poll)
+	defer svc.close()
 
 	if adminEnabled(adminSet.addr) {
 		srv, err := listenAdmin(logger, adminSet, m.Handler())
@@ -165,6 +174,7 @@ func (o *serveOptions) run(c *cobra.Command) error {
 	done := make(chan struct{})
 	defer close(done)
 	go serveSignals(logger, m, sigs, cancel, done)
+	svc.readyWhen(func() bool { return m.WaitStarted(ctx) })
 	logger.Info("serving the pipelines of a folder", "dir", dir, "state_dir", stateDir, "data_dir", dataDir)
 	m.Run(ctx)
 	logger.Info("every pipeline stopped")

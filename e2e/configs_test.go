@@ -254,13 +254,14 @@ func summary(t *testing.T, stderr string) runSummary {
 	return s
 }
 
-// TestDeploymentsReturnMemoryLazily: the systemd unit and the container
+// TestDeploymentsReturnMemoryLazily: the systemd units and the container
 // image set GODEBUG=madvdontneed=0, which eddy cannot set for itself (Go
 // reads GODEBUG when the process starts; docs/running.md, "Memory").
 func TestDeploymentsReturnMemoryLazily(t *testing.T) {
 	for file, want := range map[string]string{
-		"configs/eddy.service": "\nEnvironment=GODEBUG=madvdontneed=0\n",
-		"Dockerfile":           "\n    GODEBUG=madvdontneed=0\n",
+		"configs/eddy.service":       "\nEnvironment=GODEBUG=madvdontneed=0\n",
+		"configs/eddy-serve.service": "\nEnvironment=GODEBUG=madvdontneed=0\n",
+		"Dockerfile":                 "\n    GODEBUG=madvdontneed=0\n",
 	} {
 		b, err := os.ReadFile(filepath.Join(repoRoot, file))
 		require.NoError(t, err)

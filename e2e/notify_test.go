@@ -112,6 +112,19 @@ func hasField(msg, field string) bool {
 	return false
 }
 
+// reload sends p SIGHUP and waits for RELOADING=1 (with MONOTONIC_USEC),
+// then READY=1 as the next message, and the log line of the reload.
+func (s *notifySocket) reload(t *testing.T, p *proc) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	reloading, _ := s.until(t, "RELOADING=1")
+	require.True(t, hasField(reloading, "MONOTONIC_USEC="), "%q", reloading)
+	after := s.next(t)
+	require.True(t, hasField(after, "READY=1"), "after RELOADING=1 comes READY=1, not %q", after)
+	// The log comes through a pipe of its own: wait for it.
+	waitForLog(t, p, "settings reloaded")
+}
+
 // status returns the STATUS= value of a message.
 func status(msg string) string {
 	for line := range strings.Lines(msg) {
@@ -175,13 +188,7 @@ func TestSystemdNotify(t *testing.T) {
 	require.Empty(t, p.log.find("checkpoint triggered"), "a debug line at level info")
 
 	writeFile(t, envFile, "# changed\nEDDY_LOG_LEVEL=debug\n")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
-	reloading, _ := sock.until(t, "RELOADING=1")
-	require.True(t, hasField(reloading, "MONOTONIC_USEC="), "%q", reloading)
-	after := sock.next(t)
-	require.True(t, hasField(after, "READY=1"), "after RELOADING=1 comes READY=1, not %q", after)
-	// The log comes through a pipe of its own: wait for it.
-	waitForLog(t, p, "settings reloaded")
+	sock.reload(t, p)
 	require.Len(t, p.log.find("settings reloaded"), 1)
 	waitForLog(t, p, "checkpoint triggered")
 

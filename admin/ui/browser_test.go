@@ -124,13 +124,13 @@ func TestDashboardRendersStatus(t *testing.T) {
 
 	require.Len(t, got.Checkpoints, 4, "in progress, then the history")
 	for i, want := range [][]string{
-		{"9", "checkpoint", "in_progress", "40 ms", "1/4", "0 B"},
-		{"8", "checkpoint", "completed", "120 ms", "4/4", "4.0 KiB"},
-		{"7", "checkpoint", "failed", "3.0 s", "2/4", "0 B"},
-		{"6", "savepoint", "completed", "80 ms", "4/4", "2.0 KiB"},
+		{"9", "checkpoint", "in_progress", "40 ms", "1/4", "0 B", "0 ms"},
+		{"8", "checkpoint", "completed", "120 ms", "4/4", "4.0 KiB", "15 ms"},
+		{"7", "checkpoint", "failed", "3.0 s", "2/4", "0 B", "0 ms"},
+		{"6", "savepoint", "completed", "80 ms", "4/4", "2.0 KiB", "0 ms"},
 	} {
 		row := got.Checkpoints[i]
-		require.Equal(t, want, []string{row[0], row[1], row[2], row[4], row[5], row[6]}, "checkpoint row %d", i)
+		require.Equal(t, want, []string{row[0], row[1], row[2], row[4], row[5], row[6], row[7]}, "checkpoint row %d (id, kind, status, duration, acks, size, alignment)", i)
 	}
 	require.Equal(t, "<u>timeout</u>", got.Checkpoints[2][8])
 	require.Equal(t, 3, got.Bars, "a bar per ended checkpoint")

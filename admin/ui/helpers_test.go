@@ -124,7 +124,7 @@ func fakeStatus() pipeline.Status {
 				{ID: 9, Kind: "checkpoint", Status: "in_progress", Triggered: started.Add(59 * time.Minute), DurationMS: 40, Acknowledged: 1, Tasks: 4},
 			},
 			History: []pipeline.CheckpointRecord{
-				{ID: 8, Kind: "checkpoint", Status: "completed", Triggered: started.Add(58 * time.Minute), DurationMS: 120, Acknowledged: 4, Tasks: 4, StateBytes: 4096},
+				{ID: 8, Kind: "checkpoint", Status: "completed", Triggered: started.Add(58 * time.Minute), DurationMS: 120, Acknowledged: 4, Tasks: 4, StateBytes: 4096, AlignmentMS: 15},
 				{ID: 7, Kind: "checkpoint", Status: "failed", Triggered: started.Add(57 * time.Minute), DurationMS: 3000, Acknowledged: 2, Tasks: 4, Error: "<u>timeout</u>"},
 				{ID: 6, Kind: "savepoint", Status: "completed", Triggered: started.Add(56 * time.Minute), DurationMS: 80, Acknowledged: 4, Tasks: 4, StateBytes: 2048},
 			},
