@@ -1,6 +1,6 @@
-// Package cmd is eddy's command line: the cobra commands (run, validate,
-// explain, schema, checkpoints, savepoint, state, health, version, dev;
-// cobra's completion), their flags, the EDDY_* environment variables read
+// Package cmd is eddy's command line: the cobra commands (run, serve,
+// validate, explain, schema, checkpoints, savepoint, state, group, bench,
+// health, version, dev; cobra's completion), their flags, the EDDY_* environment variables read
 // through viper (and the --env-file that sets them), what `eddy run` and
 // `eddy serve` tell systemd, and what `eddy run` draws on a terminal.
 //
