@@ -3,7 +3,8 @@
 # the same benchmarks built with them and with -tags noprefetch (every
 # prefetch a no-op, the encoder's prefetch pass skipped), run alternately,
 # one pair at a time, the order swapped every pair (the machine's speed
-# drifts: both sides see it alike).
+# drifts: both sides see it alike; the two runs of a pair follow each
+# other).
 #
 #   - the Go benchmarks of the paths that prefetch, BENCH_COUNT pairs
 #     (default 8): statestore's BenchmarkSnapshot/memory/encode, and
@@ -58,12 +59,18 @@ gobench() {
 		}' >>"$out/results.txt"
 }
 
+# The two sides of a pair run one right after the other.
+benches=(
+	"statestore ^BenchmarkSnapshot$/^memory$/^encode$"
+	"operators ^BenchmarkCheckpointEncode$/^memory$"
+	"operators ^BenchmarkWindowCheckpointState$/^(encode-delta|update-while-written)$"
+)
 for i in $(seq "$count"); do
-	for side in $(sides "$i"); do
-		echo "go benchmarks, pair $i of $count: prefetch $side" >&2
-		gobench statestore "$side" '^BenchmarkSnapshot$/^memory$/^encode$'
-		gobench operators "$side" '^BenchmarkCheckpointEncode$/^memory$'
-		gobench operators "$side" '^BenchmarkWindowCheckpointState$/^(encode-delta|update-while-written)$'
+	echo "go benchmarks, pair $i of $count" >&2
+	for bench in "${benches[@]}"; do
+		for side in $(sides "$i"); do
+			gobench ${bench%% *} "$side" "${bench#* }"
+		done
 	done
 done
 
