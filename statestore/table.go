@@ -626,7 +626,7 @@ func (f *frozenTable[S]) appendEntries(dst []byte, g *group[S], d *groupDelta, n
 	n, t := 0, 0
 	stages := prefetchStages[S]()
 	for j := range byKey {
-		if j%prefetchBatch == 0 {
+		if prefetch.Enabled && j%prefetchBatch == 0 {
 			prefetchAhead(byKey, j, stages)
 		}
 		k, e := byKey[j].key, byKey[j].e

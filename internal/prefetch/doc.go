@@ -9,8 +9,9 @@
 // A prefetch is a hint: it never faults, even on memory that cannot be
 // read, and never changes what a program computes, only how long its loads
 // take. On amd64 it is PREFETCHT1 (into the second-level cache, where a
-// few batches of entries fit, not the small first one); elsewhere the
-// functions do nothing.
+// few batches of entries fit, not the small first one); elsewhere, and
+// under the build tag noprefetch, the functions do nothing and Enabled is
+// false.
 //
 // Dependencies: the standard library only. statestore (the snapshot
 // encoder) and operators/agg (the strings an aggregate row holds) import it.

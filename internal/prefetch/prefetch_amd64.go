@@ -1,6 +1,12 @@
+//go:build !noprefetch
+
 package prefetch
 
 import "unsafe"
+
+// Enabled says whether the functions prefetch: true on amd64 unless built
+// with the tag noprefetch.
+const Enabled = true
 
 // rangeLines asks for every cache line of the n bytes at p; nothing when p
 // is nil or n is 0 (prefetch_amd64.s).

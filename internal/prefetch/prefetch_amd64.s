@@ -1,3 +1,5 @@
+//go:build !noprefetch
+
 #include "textflag.h"
 
 // func rangeLines(p unsafe.Pointer, n uintptr)
