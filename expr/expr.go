@@ -28,6 +28,11 @@ type Expr struct {
 	// meta has bit i set when a record expression names metaNames[i]
 	// (source metadata: _key, _headers, _partition, _offset, _timestamp).
 	meta uint8
+	// path is set when a record expression is a field path and nothing
+	// else (`date_time`, `bid.auction`, `bid["auction"]`): its names from
+	// the record's top level down. evalRecord looks it up in the record's
+	// maps itself, which gives what the program gives without running it.
+	path []string
 }
 
 // Pos is a position in a pipeline file; Line and Col are 1-based. An Expr's
@@ -170,7 +175,55 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	}
 	e.program = p
 	e.meta = mf.used
+	e.path = nil
+	if env == nil && mf.used == 0 {
+		e.path = fieldPath(p)
+	}
 	return nil
+}
+
+// fieldPath returns the names of the field path that program p is, or nil
+// when it is anything else. A field path compiles to the load of a
+// top-level name, then one fetch of a constant name per '.': OpLoadFast
+// (env[name]), then OpPush name, OpFetch (runtime.Fetch, which indexes a
+// map[string]any as Go does, nil for a missing key).
+func fieldPath(p *vm.Program) []string {
+	code := p.Bytecode
+	if len(code)%2 != 1 || code[0] != vm.OpLoadFast {
+		return nil
+	}
+	var path []string
+	for i := 0; i < len(code); i += 2 {
+		if i > 0 && (code[i-1] != vm.OpPush || code[i] != vm.OpFetch) {
+			return nil
+		}
+		arg := p.Arguments[max(i-1, 0)]
+		if arg >= len(p.Constants) {
+			return nil
+		}
+		name, ok := p.Constants[arg].(string)
+		if !ok {
+			return nil
+		}
+		path = append(path, name)
+	}
+	return path
+}
+
+// lookupPath returns the value of path in fields, as the program of the
+// path would, and true; false when a step before the last is not a
+// map[string]any (the program decides then: nil fails, a struct or a
+// list is fetched otherwise).
+func lookupPath(fields map[string]any, path []string) (any, bool) {
+	m := fields
+	for _, name := range path[:len(path)-1] {
+		next, ok := m[name].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		m = next
+	}
+	return m[path[len(path)-1]], true
 }
 
 // ErrorPos returns the file position of a compile error of e, and the
@@ -235,6 +288,11 @@ func (m *VM) EvalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error)
 }
 
 func (m *VM) evalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error) {
+	if e.path != nil {
+		if v, ok := lookupPath(fields, e.path); ok {
+			return v, nil
+		}
+	}
 	if e.meta == 0 || meta == nil {
 		return m.vm.Run(e.program, fields)
 	}
