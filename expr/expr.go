@@ -12,6 +12,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
+	exprruntime "github.com/expr-lang/expr/vm/runtime"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -29,10 +30,10 @@ type Expr struct {
 	// (source metadata: _key, _headers, _partition, _offset, _timestamp).
 	meta uint8
 	// path is set when a record expression is a field path and nothing
-	// else (`date_time`, `bid.auction`, `bid["auction"]`): its names from
-	// the record's top level down. evalRecord looks it up in the record's
-	// maps itself, which gives what the program gives without running it.
-	path []string
+	// else (`date_time`, `bid.auction`, `bid["auction"]`, `left?.id`):
+	// evalRecord and Eval look it up in the record's maps themselves,
+	// which gives what the program gives without running it.
+	path *fieldPath
 }
 
 // Pos is a position in a pipeline file; Line and Col are 1-based. An Expr's
@@ -177,53 +178,92 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	e.meta = mf.used
 	e.path = nil
 	if env == nil && mf.used == 0 {
-		e.path = fieldPath(p)
+		e.path = compilePath(p)
 	}
 	return nil
 }
 
-// fieldPath returns the names of the field path that program p is, or nil
-// when it is anything else. A field path compiles to the load of a
-// top-level name, then one fetch of a constant name per '.': OpLoadFast
-// (env[name]), then OpPush name, OpFetch (runtime.Fetch, which indexes a
-// map[string]any as Go does, nil for a missing key).
-func fieldPath(p *vm.Program) []string {
-	code := p.Bytecode
-	if len(code)%2 != 1 || code[0] != vm.OpLoadFast {
+// fieldPath is a record expression that is a field path and nothing else:
+// the names from the record's top level down.
+type fieldPath struct {
+	names []string
+	// nullSafe: the first access is optional (`left?.id`, or `left.id`
+	// compiled nullsafe): a nil top-level value gives nil.
+	nullSafe bool
+}
+
+// The opcodes of an optional first access, after OpLoadFast: jump over
+// the fetch if nil, then make any nil (a typed nil too) an untyped one.
+var nullSafeCode = []vm.Opcode{vm.OpJumpIfNil, vm.OpPush, vm.OpFetch, vm.OpJumpIfNotNil, vm.OpPop, vm.OpNil}
+
+// compilePath returns the field path that program p is, or nil when it is
+// anything else. A field path compiles to the load of a top-level name,
+// OpLoadFast (env[name]), then per '.' the fetch of a constant name,
+// OpPush name and OpFetch (runtime.Fetch, which indexes a map[string]any
+// as Go does: nil for a missing key); an optional first access adds the
+// jumps of nullSafeCode around its fetch.
+func compilePath(p *vm.Program) *fieldPath {
+	code, args := p.Bytecode, p.Arguments
+	if len(code) == 0 || code[0] != vm.OpLoadFast {
 		return nil
 	}
-	var path []string
-	for i := 0; i < len(code); i += 2 {
-		if i > 0 && (code[i-1] != vm.OpPush || code[i] != vm.OpFetch) {
-			return nil
+	name := func(i int) (string, bool) {
+		if args[i] >= len(p.Constants) {
+			return "", false
 		}
-		arg := p.Arguments[max(i-1, 0)]
-		if arg >= len(p.Constants) {
-			return nil
-		}
-		name, ok := p.Constants[arg].(string)
+		s, ok := p.Constants[args[i]].(string)
+		return s, ok
+	}
+	first, ok := name(0)
+	if !ok {
+		return nil
+	}
+	f := &fieldPath{names: []string{first}}
+	i := 1
+	if len(code) >= 1+len(nullSafeCode) && slices.Equal(code[1:1+len(nullSafeCode)], nullSafeCode) && args[1] == 2 && args[4] == 2 {
+		n, ok := name(2)
 		if !ok {
 			return nil
 		}
-		path = append(path, name)
+		f.names, f.nullSafe = append(f.names, n), true
+		i += len(nullSafeCode)
 	}
-	return path
+	for ; i < len(code); i += 2 {
+		if i+1 >= len(code) || code[i] != vm.OpPush || code[i+1] != vm.OpFetch {
+			return nil
+		}
+		n, ok := name(i)
+		if !ok {
+			return nil
+		}
+		f.names = append(f.names, n)
+	}
+	return f
 }
 
-// lookupPath returns the value of path in fields, as the program of the
-// path would, and true; false when a step before the last is not a
-// map[string]any (the program decides then: nil fails, a struct or a
-// list is fetched otherwise).
-func lookupPath(fields map[string]any, path []string) (any, bool) {
-	m := fields
-	for _, name := range path[:len(path)-1] {
-		next, ok := m[name].(map[string]any)
+// lookup returns the value of the path in fields, as its program would,
+// and true; false when a value it fetches from is not a map[string]any
+// (the program decides then: nil fails, a struct or a list is fetched
+// otherwise). An optional access gives an untyped nil where the program's
+// nil test (runtime.IsNil, which takes typed nils for nil too) is true.
+func (f *fieldPath) lookup(fields map[string]any) (any, bool) {
+	v := fields[f.names[0]]
+	for i, n := range f.names[1:] {
+		optional := f.nullSafe && i == 0
+		if optional && exprruntime.IsNil(v) {
+			v = nil
+			continue
+		}
+		m, ok := v.(map[string]any)
 		if !ok {
 			return nil, false
 		}
-		m = next
+		v = m[n]
+		if optional && exprruntime.IsNil(v) {
+			v = nil
+		}
 	}
-	return m[path[len(path)-1]], true
+	return v, true
 }
 
 // ErrorPos returns the file position of a compile error of e, and the
@@ -264,6 +304,13 @@ type VM struct {
 // Eval runs e over env (a record's fields, or the environment it was
 // compiled with).
 func (m *VM) Eval(e *Expr, env any) (any, error) {
+	if e.path != nil {
+		if fields, ok := env.(map[string]any); ok {
+			if v, ok := e.path.lookup(fields); ok {
+				return v, nil
+			}
+		}
+	}
 	return m.vm.Run(e.program, env)
 }
 
@@ -289,7 +336,7 @@ func (m *VM) EvalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error)
 
 func (m *VM) evalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error) {
 	if e.path != nil {
-		if v, ok := lookupPath(fields, e.path); ok {
+		if v, ok := e.path.lookup(fields); ok {
 			return v, nil
 		}
 	}
