@@ -30,6 +30,7 @@ type benchNexmarkOptions struct {
 	parallelism int
 	rate        int64
 	dir         string
+	profileDir  string
 	// child: run the one query of --queries in this process and print its
 	// line (the parent spawns itself so).
 	child bool
@@ -43,6 +44,7 @@ func (o *benchNexmarkOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.parallelism, "parallelism", 0, "default parallelism of the pipelines (0: the files')")
 	fs.Int64Var(&o.rate, "rate", 10_000_000, "the source's rate, events per second of event time, as in Flink's Nexmark suite (0: the files')")
 	fs.StringVar(&o.dir, "dir", "", "folder of the query files qN.yaml (default: configs/nexmark as built into eddy)")
+	fs.StringVar(&o.profileDir, "cpuprofile", "", "folder to write each run's CPU profile into (qN.pprof, qN-checkpoint.pprof), for go tool pprof")
 	fs.BoolVar(&o.child, "child", false, "run one query in this process and print its line (the parent runs each query so)")
 	_ = fs.MarkHidden("child")
 }
@@ -98,7 +100,7 @@ queries on Apache Flink beside it (docs/benchmarks.md).`,
 // setup checks the flags and returns the query files, the queries and the
 // setup of the runs.
 func (o *benchNexmarkOptions) setup() (fs.FS, []string, nexmark.Setup, error) {
-	s := nexmark.Setup{Events: o.events, Rate: o.rate, Parallelism: o.parallelism, Checkpoint: o.checkpoint}
+	s := nexmark.Setup{Events: o.events, Rate: o.rate, Parallelism: o.parallelism, Checkpoint: o.checkpoint, ProfileDir: o.profileDir}
 	switch {
 	case o.events <= 0:
 		return nil, nil, s, usageError("--events must be positive")
@@ -161,6 +163,9 @@ func (o *benchNexmarkOptions) childArgs(c *cobra.Command, query string, s nexmar
 		"--parallelism", strconv.Itoa(s.Parallelism), "--rate", strconv.FormatInt(s.Rate, 10)}
 	if o.dir != "" {
 		args = append(args, "--dir", o.dir)
+	}
+	if s.ProfileDir != "" {
+		args = append(args, "--cpuprofile", s.ProfileDir)
 	}
 	if f := c.Flag(keyLogLevel); f != nil && f.Changed {
 		args = append(args, "--"+keyLogLevel, f.Value.String())

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,16 @@ func TestBenchNexmarkTinyRun(t *testing.T) {
 	require.Contains(t, lines[1], " checkpoint=1h checkpoints=")
 	require.Contains(t, r.stdout, "events/CPU-s", "the table comes first")
 	require.NotContains(t, r.stderr, "level=INFO", "the children log at warn unless told otherwise")
+}
+
+// --cpuprofile reaches the child processes: each run leaves its profile.
+func TestBenchNexmarkCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	r := execute(t, map[string]string{asEddyEnv: "1"}, "bench", "nexmark", "--events", "1000", "--queries", "q0", "--checkpoint", "1h", "--cpuprofile", dir)
+	require.Equal(t, exitOK, r.code, "stderr:\n%s", r.stderr)
+	for _, name := range []string{"q0.pprof", "q0-checkpoint.pprof"} {
+		require.FileExists(t, filepath.Join(dir, name))
+	}
 }
 
 // --child runs one query in this process and prints its line only.

@@ -12,6 +12,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
+	exprruntime "github.com/expr-lang/expr/vm/runtime"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -28,6 +29,11 @@ type Expr struct {
 	// meta has bit i set when a record expression names metaNames[i]
 	// (source metadata: _key, _headers, _partition, _offset, _timestamp).
 	meta uint8
+	// path is set when a record expression is a field path and nothing
+	// else (`date_time`, `bid.auction`, `bid["auction"]`, `left?.id`):
+	// evalRecord and Eval look it up in the record's maps themselves,
+	// which gives what the program gives without running it.
+	path *fieldPath
 }
 
 // Pos is a position in a pipeline file; Line and Col are 1-based. An Expr's
@@ -170,7 +176,94 @@ func (e *Expr) Compile(env map[string]any, want string) error {
 	}
 	e.program = p
 	e.meta = mf.used
+	e.path = nil
+	if env == nil && mf.used == 0 {
+		e.path = compilePath(p)
+	}
 	return nil
+}
+
+// fieldPath is a record expression that is a field path and nothing else:
+// the names from the record's top level down.
+type fieldPath struct {
+	names []string
+	// nullSafe: the first access is optional (`left?.id`, or `left.id`
+	// compiled nullsafe): a nil top-level value gives nil.
+	nullSafe bool
+}
+
+// The opcodes of an optional first access, after OpLoadFast: jump over
+// the fetch if nil, then make any nil (a typed nil too) an untyped one.
+var nullSafeCode = []vm.Opcode{vm.OpJumpIfNil, vm.OpPush, vm.OpFetch, vm.OpJumpIfNotNil, vm.OpPop, vm.OpNil}
+
+// compilePath returns the field path that program p is, or nil when it is
+// anything else. A field path compiles to the load of a top-level name,
+// OpLoadFast (env[name]), then per '.' the fetch of a constant name,
+// OpPush name and OpFetch (runtime.Fetch, which indexes a map[string]any
+// as Go does: nil for a missing key); an optional first access adds the
+// jumps of nullSafeCode around its fetch.
+func compilePath(p *vm.Program) *fieldPath {
+	code, args := p.Bytecode, p.Arguments
+	if len(code) == 0 || code[0] != vm.OpLoadFast {
+		return nil
+	}
+	name := func(i int) (string, bool) {
+		if args[i] >= len(p.Constants) {
+			return "", false
+		}
+		s, ok := p.Constants[args[i]].(string)
+		return s, ok
+	}
+	first, ok := name(0)
+	if !ok {
+		return nil
+	}
+	f := &fieldPath{names: []string{first}}
+	i := 1
+	if len(code) >= 1+len(nullSafeCode) && slices.Equal(code[1:1+len(nullSafeCode)], nullSafeCode) && args[1] == 2 && args[4] == 2 {
+		n, ok := name(2)
+		if !ok {
+			return nil
+		}
+		f.names, f.nullSafe = append(f.names, n), true
+		i += len(nullSafeCode)
+	}
+	for ; i < len(code); i += 2 {
+		if i+1 >= len(code) || code[i] != vm.OpPush || code[i+1] != vm.OpFetch {
+			return nil
+		}
+		n, ok := name(i)
+		if !ok {
+			return nil
+		}
+		f.names = append(f.names, n)
+	}
+	return f
+}
+
+// lookup returns the value of the path in fields, as its program would,
+// and true; false when a value it fetches from is not a map[string]any
+// (the program decides then: nil fails, a struct or a list is fetched
+// otherwise). An optional access gives an untyped nil where the program's
+// nil test (runtime.IsNil, which takes typed nils for nil too) is true.
+func (f *fieldPath) lookup(fields map[string]any) (any, bool) {
+	v := fields[f.names[0]]
+	for i, n := range f.names[1:] {
+		optional := f.nullSafe && i == 0
+		if optional && exprruntime.IsNil(v) {
+			v = nil
+			continue
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		v = m[n]
+		if optional && exprruntime.IsNil(v) {
+			v = nil
+		}
+	}
+	return v, true
 }
 
 // ErrorPos returns the file position of a compile error of e, and the
@@ -211,6 +304,13 @@ type VM struct {
 // Eval runs e over env (a record's fields, or the environment it was
 // compiled with).
 func (m *VM) Eval(e *Expr, env any) (any, error) {
+	if e.path != nil {
+		if fields, ok := env.(map[string]any); ok {
+			if v, ok := e.path.lookup(fields); ok {
+				return v, nil
+			}
+		}
+	}
 	return m.vm.Run(e.program, env)
 }
 
@@ -235,6 +335,11 @@ func (m *VM) EvalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error)
 }
 
 func (m *VM) evalRecord(e *Expr, fields map[string]any, meta *Meta) (any, error) {
+	if e.path != nil {
+		if v, ok := e.path.lookup(fields); ok {
+			return v, nil
+		}
+	}
 	if e.meta == 0 || meta == nil {
 		return m.vm.Run(e.program, fields)
 	}

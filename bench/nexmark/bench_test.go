@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -76,6 +77,26 @@ func TestRunQuery(t *testing.T) {
 
 	_, err = RunQuery(context.Background(), logger, testConfigs, "q99", Setup{Events: 1})
 	require.ErrorContains(t, err, "q99")
+}
+
+// With a profile folder, each run leaves its CPU profile there (a gzipped
+// protocol buffer), named after the query and whether it checkpointed.
+func TestRunQueryProfile(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	for _, s := range []Setup{{Events: 1000, ProfileDir: dir}, {Events: 1000, Checkpoint: time.Hour, ProfileDir: dir}} {
+		_, err := RunQuery(context.Background(), logger, testConfigs, "q0", s)
+		require.NoError(t, err)
+	}
+	for _, name := range []string{"q0.pprof", "q0-checkpoint.pprof"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Greater(t, len(b), 2)
+		require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "%s is gzipped", name)
+	}
+
+	_, err := RunQuery(context.Background(), logger, testConfigs, "q0", Setup{Events: 10, ProfileDir: filepath.Join(dir, "missing")})
+	require.ErrorContains(t, err, "CPU profile")
 }
 
 // Each run is measured in a child process: its peak RSS is its own, not

@@ -33,6 +33,19 @@ type Setup struct {
 	// Checkpoint, if positive, is the interval of the checkpoint block the
 	// run gets; 0 runs without one.
 	Checkpoint time.Duration
+	// ProfileDir, if set, is the folder RunQuery writes the CPU profile of
+	// the run into (ProfileFile names it); it does not change the run.
+	ProfileDir string
+}
+
+// ProfileFile is the name of the CPU profile of query run with s in
+// s.ProfileDir: q5.pprof, or q5-checkpoint.pprof for a run with
+// checkpoints.
+func ProfileFile(query string, s Setup) string {
+	if s.Checkpoint > 0 {
+		return query + "-checkpoint.pprof"
+	}
+	return query + ".pprof"
 }
 
 // Queries returns the names of the query files (qN.yaml) in configs,

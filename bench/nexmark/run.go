@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/eddy-stream/eddy/internal/cputime"
@@ -26,6 +28,8 @@ import (
 // to its end (loading the file is left out); the peak RSS is the process's
 // (it never goes down: run one query per process for a per-query figure,
 // as Bench does). The run fails unless the source read s.Events events.
+// With s.ProfileDir set, the CPU profile of the same span goes into the
+// file ProfileFile names there.
 func RunQuery(ctx context.Context, logger *slog.Logger, configs fs.FS, query string, s Setup) (Result, error) {
 	file := query + ".yaml"
 	text, err := fs.ReadFile(configs, file)
@@ -54,10 +58,17 @@ func RunQuery(ctx context.Context, logger *slog.Logger, configs fs.FS, query str
 		return Result{}, fmt.Errorf("query %s: %w", query, err)
 	}
 	memlimit.Apply(logger, memlimit.DefaultGCPercent)
+	stopProfile, err := startProfile(query, s)
+	if err != nil {
+		return Result{}, fmt.Errorf("query %s: %w", query, err)
+	}
 
 	cpu0, t0 := cputime.Process(), time.Now()
 	err = r.Run(ctx)
 	wall, cpu := time.Since(t0), cputime.Process()-cpu0
+	if perr := stopProfile(); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("query %s: %w", query, err)
 	}
@@ -71,6 +82,29 @@ func RunQuery(ctx context.Context, logger *slog.Logger, configs fs.FS, query str
 		Query: query, Events: s.Events,
 		Seconds: wall.Seconds(), CPUSeconds: cpu.Seconds(), RSSMB: peakRSS() >> 20,
 		Checkpoint: s.Checkpoint, Checkpoints: completedCheckpoints(opts.Metrics),
+	}, nil
+}
+
+// startProfile starts the CPU profile of query's run with s, if
+// s.ProfileDir is set, and returns what stops it and closes its file.
+func startProfile(query string, s Setup) (stop func() error, err error) {
+	if s.ProfileDir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(s.ProfileDir, ProfileFile(query, s)))
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("CPU profile: %w", err)
+		}
+		return nil
 	}, nil
 }
 
