@@ -36,40 +36,32 @@ const groupRecords = 3000
 // own windows are left out of the comparison.
 const groupFlushKey = "flush"
 
-// groupSetup creates the topics of a group test, writes its input and
-// returns the reference result (the one-process run's committed output,
-// without the flush key's windows) and the group run's environment.
-func groupSetup(t *testing.T, name string) (want []string, env map[string]string, brokers string) {
-	t.Helper()
-	brokers, _ = kafkaBrokers(t)
-	run := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-	in, refOut, out := "in-"+run, "ref-"+run, "out-"+run
-	createTopic(t, brokers, in, 3)
-	createTopic(t, brokers, refOut, 3)
-	createTopic(t, brokers, out, 3)
-	base := time.Now().Add(-time.Hour).Truncate(time.Second).UnixMilli()
-	produceGroupInput(t, brokers, in, base, groupRecords)
-
-	work := t.TempDir()
-	ref := eddy(t, work, map[string]string{"EDDY_STATE_DIR": work + "/ref", "KAFKA_BROKERS": brokers, "KAFKA_IN": in, "KAFKA_OUT": refOut},
-		"run", mustAbs(t, "testdata/group/window_ref.yaml"))
-	require.Equal(t, 0, ref.code, "the one-process reference run: %s", ref.stderr)
-	want = withoutKey(readCommitted(t, brokers, refOut), groupFlushKey)
-	require.NotEmpty(t, want)
-	env = map[string]string{"EDDY_LOG_FORMAT": "json", "KAFKA_BROKERS": brokers, "KAFKA_IN": in, "KAFKA_OUT": out, "GROUP_ID": "g-" + run}
-	return want, env, brokers
+// groupTest is the topics and input of a group test.
+type groupTest struct {
+	brokers, in, refOut, out string
+	env                      map[string]string
+	// input is the records to produce, the flush records last.
+	input []*sarama.ProducerMessage
 }
 
-// produceGroupInput writes record i of n to partition i%3 of topic, with
-// event times from base on, then a flush record to each partition.
-func produceGroupInput(t *testing.T, brokers, topic string, base int64, n int) {
+// newGroupTest creates the topics of a group test and the group run's
+// environment; the input is produced by produce.
+func newGroupTest(t *testing.T, name string) *groupTest {
 	t.Helper()
-	cfg := saramaConfig()
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	p, err := sarama.NewSyncProducer(strings.Split(brokers, ","), cfg)
-	require.NoError(t, err)
+	brokers, _ := kafkaBrokers(t)
+	run := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	g := &groupTest{brokers: brokers, in: "in-" + run, refOut: "ref-" + run, out: "out-" + run}
+	createTopic(t, brokers, g.in, 3)
+	createTopic(t, brokers, g.refOut, 3)
+	createTopic(t, brokers, g.out, 3)
+	g.env = map[string]string{"EDDY_LOG_FORMAT": "json", "KAFKA_BROKERS": brokers, "KAFKA_IN": g.in, "KAFKA_OUT": g.out, "GROUP_ID": "g-" + run}
+	g.input = groupInput(g.in, time.Now().Add(-time.Hour).Truncate(time.Second).UnixMilli(), groupRecords)
+	return g
+}
+
+// groupInput is record i of n in partition i%3 of topic, with event times
+// from base on, then a flush record in each partition.
+func groupInput(topic string, base int64, n int) []*sarama.ProducerMessage {
 	var msgs []*sarama.ProducerMessage
 	for i := range n {
 		key := "k" + strconv.Itoa(i%26)
@@ -80,15 +72,49 @@ func produceGroupInput(t *testing.T, brokers, topic string, base int64, n int) {
 		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: part, Key: sarama.StringEncoder(groupFlushKey),
 			Value: sarama.StringEncoder(fmt.Sprintf(`{"i":-1,"key":%q,"v":0,"ts":%d}`, groupFlushKey, eventTimeFrom(base, n)+3_600_000))})
 	}
+	return msgs
+}
+
+// produce writes msgs.
+func (g *groupTest) produce(t *testing.T, msgs []*sarama.ProducerMessage) {
+	t.Helper()
+	cfg := saramaConfig()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	p, err := sarama.NewSyncProducer(strings.Split(g.brokers, ","), cfg)
+	require.NoError(t, err)
 	require.NoError(t, p.SendMessages(msgs))
 	require.NoError(t, p.Close())
 }
 
-// withoutKey drops the output lines of key.
+// reference runs window_ref.yaml, the pipeline in one process, over the
+// whole input and returns its committed output without the flush key's
+// windows.
+func (g *groupTest) reference(t *testing.T) []string {
+	t.Helper()
+	work := t.TempDir()
+	ref := eddy(t, work, map[string]string{"EDDY_STATE_DIR": work, "KAFKA_BROKERS": g.brokers, "KAFKA_IN": g.in, "KAFKA_OUT": g.refOut},
+		"run", mustAbs(t, "testdata/group/window_ref.yaml"))
+	require.Equal(t, 0, ref.code, "the one-process reference run: %s", ref.stderr)
+	want := withoutKey(readCommitted(t, g.brokers, g.refOut), groupFlushKey)
+	require.NotEmpty(t, want)
+	return want
+}
+
+// committed returns the group's committed output without the flush key's
+// windows.
+func (g *groupTest) committed(t *testing.T) []string {
+	t.Helper()
+	return withoutKey(readCommitted(t, g.brokers, g.out), groupFlushKey)
+}
+
+// withoutKey drops the output lines of key, and the sentinels of earlier
+// readCommitted calls.
 func withoutKey(lines []string, key string) []string {
 	var out []string
 	for _, l := range lines {
-		if !strings.Contains(l, fmt.Sprintf(`"key":%q`, key)) {
+		if !strings.Contains(l, fmt.Sprintf(`"key":%q`, key)) && !strings.HasPrefix(l, "sentinel-") {
 			out = append(out, l)
 		}
 	}
@@ -190,17 +216,65 @@ func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupP
 // TestGroupOneProcess: one process of a group file commits exactly the
 // one-process result; SIGTERM leaves the group and exits 0.
 func TestGroupOneProcess(t *testing.T) {
-	want, env, brokers := groupSetup(t, "one")
-	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), env)
-	awaitCommitted(t, brokers, env["KAFKA_OUT"], len(want), p)
+	g := newGroupTest(t, "one")
+	g.produce(t, g.input)
+	want := g.reference(t)
+	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, len(want), p)
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
-	got := withoutKey(readCommitted(t, brokers, env["KAFKA_OUT"]), groupFlushKey)
-	t.Logf("%d windows; group process log:\n%s", len(want), lastLines(p.stderr.String(), 30))
-	requireSameLines(t, want, got, "group output vs the one-process run")
+	t.Logf("%d windows; group process log:\n%s", len(want), lastLines(p.stderr.String(), 12))
+	requireSameLines(t, want, g.committed(t), "group output vs the one-process run")
+}
+
+// TestGroupRestart: a group process SIGKILLed mid-run, while part of
+// the input is there and its windows are being committed, and started
+// again with the same state directory (its transactional id fences what
+// the killed one left open), twice, commits exactly the one-process
+// result: nothing lost, nothing twice. The restarted processes restore
+// the windows' state from the changelog.
+func TestGroupRestart(t *testing.T) {
+	g := newGroupTest(t, "restart")
+	file, state := mustAbs(t, "testdata/group/window.yaml"), t.TempDir()
+	third := len(g.input) / 3
+	committed := 0
+	for i, part := range [][]*sarama.ProducerMessage{g.input[:third], g.input[third : 2*third]} {
+		g.produce(t, part)
+		p := startGroupProcess(t, file, state, g.env)
+		// Part of this input's windows are committed: the kill comes
+		// before the rest, which waits for input that is not there yet.
+		committed += 50
+		awaitCommitted(t, g.brokers, g.out, committed, p)
+		require.Equal(t, -1, p.stop(t, syscall.SIGKILL), "SIGKILL")
+		if i > 0 {
+			require.Contains(t, p.stderr.String(), `"msg":"restored keyed state from the changelogs"`)
+		}
+		committed = len(g.committed(t))
+	}
+	g.produce(t, g.input[2*third:])
+	want := g.reference(t)
+	p := startGroupProcess(t, file, state, g.env)
+	awaitCommitted(t, g.brokers, g.out, len(want), p)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
+	requireSameLines(t, want, g.committed(t), "group output after SIGKILLs and restarts vs the one-process run")
 }
 
 // lastLines returns the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// grepLines returns the lines of s that contain one of subs.
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -107,6 +107,7 @@ func (g *groupRun) connect() error {
 	}
 	base.Metadata.AllowAutoTopicCreation = false
 	base.Consumer.IsolationLevel = sarama.ReadCommitted
+	base.Consumer.MaxWaitTime = 100 * time.Millisecond
 	if g.client, err = g.cfg.newClient(base); err != nil {
 		return err
 	}

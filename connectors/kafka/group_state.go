@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -237,27 +238,48 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	}
 	defer func() { _ = consumer.Close() }()
 	start := time.Now()
+	// The partitions are read at once: each ends with a quiet wait (the
+	// last offsets are transaction markers, which the consumer never
+	// hands out).
+	type result struct {
+		tp   topicPartition
+		last map[int][]byte
+		n    int
+		err  error
+	}
+	results := make(chan result, len(tps))
+	for _, tp := range tps {
+		go func() {
+			if ends[tp] <= 0 {
+				results <- result{tp: tp}
+				return
+			}
+			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp])
+			results <- result{tp, last, n, err}
+		}()
+	}
 	records := 0
 	blobs := map[string]map[int][]byte{}
-	for _, tp := range tps {
-		end := ends[tp]
-		if end <= 0 {
+	var errs []error
+	for range tps {
+		res := <-results
+		if res.err != nil {
+			errs = append(errs, fmt.Errorf("restore from changelog %s: %w", res.tp, res.err))
 			continue
 		}
-		last, n, err := readPartitionTo(ctx, g.client, consumer, tp, end)
-		if err != nil {
-			return nil, fmt.Errorf("restore from changelog %s: %w", tp, err)
-		}
-		records += n
-		step := stepOf[tp.topic]
+		records += res.n
+		step := stepOf[res.tp.topic]
 		if blobs[step] == nil {
 			blobs[step] = map[int][]byte{}
 		}
-		for group, blob := range last {
+		for group, blob := range res.last {
 			if blob != nil {
 				blobs[step][group] = blob
 			}
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	for step, groups := range blobs {
 		var part []byte
@@ -286,6 +308,10 @@ func intKeys[V any](m map[int]V) func(func(int) bool) {
 	}
 }
 
+// quietProbe is how long a changelog partition delivers nothing before
+// the restore asks the broker whether records remain before its end.
+const quietProbe = 200 * time.Millisecond
+
 // readPartitionTo reads changelog partition tp from its start until offset
 // end (its last stable offset) and returns the last value of each key
 // group (nil: a tombstone) and the number of records read. Offsets that
@@ -300,7 +326,7 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 	last := map[int][]byte{}
 	n := 0
 	next := int64(0)
-	quiet := time.NewTimer(500 * time.Millisecond)
+	quiet := time.NewTimer(quietProbe)
 	defer quiet.Stop()
 	for next < end {
 		select {
@@ -316,7 +342,7 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 			}
 			last[int(binary.BigEndian.Uint32(m.Key))] = m.Value
 			n++
-			quiet.Reset(500 * time.Millisecond)
+			quiet.Reset(quietProbe)
 		case e := <-pc.Errors():
 			return nil, 0, e.Err
 		case <-quiet.C:
@@ -327,7 +353,7 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 			if !visible {
 				return last, n, nil
 			}
-			quiet.Reset(500 * time.Millisecond)
+			quiet.Reset(quietProbe)
 		}
 	}
 	return last, n, nil
