@@ -163,21 +163,6 @@ func TestGroupCommandsNeedGroupBlock(t *testing.T) {
 	}
 }
 
-// TestRunRefusesGroup: eddy run of a pipeline with a group block exits 2
-// with the reason, before it sends the cluster a request or makes its
-// state directory.
-func TestRunRefusesGroup(t *testing.T) {
-	brokers, requests := groupCluster(t)
-	file := groupFile(t, brokers, 4)
-	stateDir := filepath.Join(t.TempDir(), "state")
-	got := executeIn(t, "", "run", "--state-dir", stateDir, file)
-	require.Equal(t, 2, got.code)
-	require.Contains(t, got.stderr, "group mode runs are not implemented in this version: the file has a group block")
-	require.Empty(t, got.stdout)
-	require.Zero(t, requests.Load(), "no request reached the cluster")
-	require.NoDirExists(t, stateDir)
-}
-
 // TestExplainGroupJSON: the group plan in explain's json output is the
 // documented groupView: no key more, none missing where it applies.
 func TestExplainGroupJSON(t *testing.T) {

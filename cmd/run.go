@@ -111,10 +111,6 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	spec := plan.Spec
-	if spec.Group != nil {
-		// Before anything touches the broker or the state dir.
-		return invalidInput("%s: %w: the file has a group block; eddy explain shows its group plan and eddy group topics its internal topics (docs/group.md); remove the group block to run the pipeline in one process", file, pipeline.ErrGroupRunNotImplemented)
-	}
 	adminSet, err := readAdminSettings(o.global.v)
 	if err != nil {
 		return err

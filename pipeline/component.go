@@ -166,6 +166,15 @@ type ReadBatch struct {
 	// SplitDone says the split ended after these records: it no longer
 	// holds the source's watermark back.
 	SplitDone bool
+	// Watermark, when HasWatermark is set, is the source's watermark
+	// after these records, for a source without event_time whose input
+	// carries watermarks of its own (group mode's exchange reader, whose
+	// records keep the event time they were sent with): the task advances
+	// to it, or goes idle when Idle is set. Sources with event_time leave
+	// it unset: the runtime generates their watermarks.
+	Watermark    int64
+	HasWatermark bool
+	Idle         bool
 	// Failed holds input that could not be decoded into records, in read
 	// order; each one's At places it among Records. The runtime applies the
 	// source's on_error policy to each (fail, skip, or dead_letter to

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -15,11 +14,6 @@ import (
 // `group:` block of a pipeline file and the checks that a pipeline can run
 // so; group_plan.go cuts its plan into stages and internal topics;
 // group_admin.go manages those topics on the broker.
-
-// ErrGroupRunNotImplemented is returned by NewRunner for a pipeline with a
-// group block: this version plans group mode and manages its topics
-// (`eddy explain`, `eddy group`), but does not run it yet.
-var ErrGroupRunNotImplemented = errors.New("group mode runs are not implemented in this version")
 
 // GroupSpec is the `group:` block: nil in a Spec without one, which runs in
 // one process.
@@ -89,6 +83,15 @@ type GroupInput struct {
 // it cannot run in group mode.
 type GroupSource interface {
 	GroupInput(groupID string) (GroupInput, error)
+}
+
+// GroupSink is implemented by sink configs that can write in group mode:
+// their output goes into the group's transactions (a kafka sink in the
+// group's cluster). GroupOutput returns an error (FieldErr at the key) for
+// a setting that cannot hold in group mode. A sink config without it
+// cannot run in group mode.
+type GroupSink interface {
+	GroupOutput() error
 }
 
 // StatefulStep is implemented by keyed step configs (KeyedStep) to say
@@ -211,6 +214,17 @@ func (p *problems) checkGroup(spec *Spec) {
 				continue
 			}
 			readBy[t] = s.ID
+		}
+	}
+	for _, s := range spec.Sinks {
+		gs, ok := s.Config.(GroupSink)
+		if !ok || s.WriteAhead {
+			_, tv := mappingValue(s.node, "type")
+			p.at(tv, "sink %q: a %s sink cannot write in the transactions of a group: in group mode write to a Kafka topic of the group's cluster (or remove the group block to run in one process)", s.ID, s.Type)
+			continue
+		}
+		if err := gs.GroupOutput(); err != nil {
+			p.reportValidate(s.node, err)
 		}
 	}
 	for _, s := range spec.Steps {

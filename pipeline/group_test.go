@@ -35,6 +35,22 @@ func (c *topicSourceConfig) GroupInput(groupID string) (pipeline.GroupInput, err
 	return pipeline.GroupInput{Topics: c.Topics, Pattern: c.Pattern}, nil
 }
 
+// topicSinkConfig writes a topic; it is a GroupSink.
+type topicSinkConfig struct {
+	Expr bool `yaml:"expr"`
+}
+
+func (c *topicSinkConfig) Validate() error { return nil }
+func (c *topicSinkConfig) NewSink() (pipeline.Sink, error) {
+	return nil, errors.New("the topic sink of the tests does not run")
+}
+func (c *topicSinkConfig) GroupOutput() error {
+	if c.Expr {
+		return pipeline.FieldErr("expr", "one topic only in group mode")
+	}
+	return nil
+}
+
 // bareKeyConfig is a keyed step that keeps no state (a bare key_by).
 type bareKeyConfig struct {
 	Key expr.Expr `yaml:"bare"`
@@ -63,6 +79,7 @@ func (c *testGroupClient) NewGroupAdmin() (pipeline.GroupAdmin, error) { return 
 func groupEnv() *pipeline.Env {
 	env := testEnv()
 	env.RegisterSource(pipeline.SourcePlugin{Type: "topic", New: func() pipeline.SourceConfig { return &topicSourceConfig{} }})
+	env.RegisterSink(pipeline.SinkPlugin{Type: "topicsink", New: func() pipeline.SinkConfig { return &topicSinkConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "bare", New: func() pipeline.StepConfig { return &bareKeyConfig{} }})
 	env.RegisterStep(pipeline.StepPlugin{Kind: "pair", New: func() pipeline.StepConfig { return &pairConfig{} }})
 	env.RegisterGroupClient(func() pipeline.GroupClientConfig { return &testGroupClient{} })
@@ -90,7 +107,7 @@ name: orders
 group:
   brokers: [${GROUP_TEST_BROKERS}, k2:9092]
 sources: [{type: topic, topics: [in]}]
-sinks: [{type: collect}]
+sinks: [{type: topicsink}]
 `))
 	require.NoError(t, err)
 	g := spec.Group
@@ -105,14 +122,14 @@ sinks: [{type: collect}]
 name: orders
 group: {brokers: [k:1], id: shop, commit_interval: 250ms, replication_factor: 1}
 sources: [{type: topic, topics: [in]}]
-sinks: [{type: collect}]
+sinks: [{type: topicsink}]
 `))
 	require.NoError(t, err)
 	require.Equal(t, "shop", spec.Group.ID)
 	require.Equal(t, 250*time.Millisecond, spec.Group.CommitInterval.D())
 	require.Equal(t, 1, spec.Group.ReplicationFactor)
 
-	spec, err = pipeline.Load(groupEnv(), "g.yaml", []byte("version: 1\nname: one\nsources: [{type: topic, topics: [in]}]\nsinks: [{type: collect}]\n"))
+	spec, err = pipeline.Load(groupEnv(), "g.yaml", []byte("version: 1\nname: one\nsources: [{type: topic, topics: [in]}]\nsinks: [{type: topicsink}]\n"))
 	require.NoError(t, err)
 	require.Nil(t, spec.Group, "no group block: one process")
 }
@@ -154,7 +171,7 @@ func TestGroupBlockProblems(t *testing.T) {
 			if tc.steps != "" {
 				text += "steps: " + tc.steps + "\n"
 			}
-			text += "sinks: [{type: collect}]\n"
+			text += "sinks: [{type: topicsink}]\n"
 			_, err := pipeline.Load(groupEnv(), "g.yaml", []byte(text))
 			var ps pipeline.Problems
 			require.ErrorAs(t, err, &ps)
@@ -164,10 +181,25 @@ func TestGroupBlockProblems(t *testing.T) {
 	}
 }
 
+// TestGroupSinks: in group mode a sink must write in the group's
+// transactions (a GroupSink), with settings that hold there.
+func TestGroupSinks(t *testing.T) {
+	for _, tc := range []struct{ sinks, want string }{
+		{"[{id: c, type: collect}]", `g.yaml:5:23: sink "c": a collect sink cannot write in the transactions of a group: in group mode write to a Kafka topic of the group's cluster (or remove the group block to run in one process)`},
+		{"[{type: topicsink, expr: true}]", `g.yaml:5:33: expr: one topic only in group mode`},
+	} {
+		text := "version: 1\nname: grp\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [in]}]\nsinks: " + tc.sinks + "\n"
+		_, err := pipeline.Load(groupEnv(), "g.yaml", []byte(text))
+		var ps pipeline.Problems
+		require.ErrorAs(t, err, &ps)
+		require.Equal(t, tc.want, ps[0].String(), "all: %v", err)
+	}
+}
+
 // TestGroupBlockWithoutClient: an Env without a group client cannot load
 // a group block, and says what to import.
 func TestGroupBlockWithoutClient(t *testing.T) {
-	text := "version: 1\nname: g\ngroup: {brokers: [k:1]}\nsources: [{type: seq}]\nsinks: [{type: collect}]\n"
+	text := "version: 1\nname: g\ngroup: {brokers: [k:1]}\nsources: [{type: seq}]\nsinks: [{type: topicsink}]\n"
 	_, err := pipeline.Load(testEnv(), "g.yaml", []byte(text))
 	require.ErrorContains(t, err, "g.yaml:3:8: group mode needs a Kafka client, and this build registers none (import github.com/eddy-stream/eddy/connectors/kafka)")
 }
@@ -204,7 +236,7 @@ steps:
   - {id: tidy, pass: null}
   - {id: totals, keyed: user}
 sinks:
-  - {id: out, type: collect}
+  - {id: out, type: topicsink}
 `)
 	require.Equal(t, 16, gp.Partitions)
 	require.Equal(t, [][]string{{"orders", "clean"}, {"users"}, {"by_user"}, {"enrich", "tidy"}, {"totals", "out"}}, stageNodes(gp))
@@ -280,7 +312,7 @@ sources: [{id: in, type: topic, topics: [t]}]
 steps:
   - {id: k, from: in, keyed: x}
   - {id: u, from: [in, k], pass: null}
-sinks: [{id: out, from: u, type: collect}]
+sinks: [{id: out, from: u, type: topicsink}]
 `)
 	require.Equal(t, [][]string{{"in", "k", "u", "out"}}, stageNodes(gp))
 	require.Len(t, gp.Exchanges, 1)
@@ -318,7 +350,7 @@ func TestKeyGroupPartition(t *testing.T) {
 		}
 		require.Equal(t, tc.maxPar, next, "%+v: every key group has a partition", tc)
 	}
-	gp := loadGroup(t, "version: 1\nname: r\nmax_parallelism: 32\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{keyed: x}]\nsinks: [{type: collect}]\n")
+	gp := loadGroup(t, "version: 1\nname: r\nmax_parallelism: 32\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{keyed: x}]\nsinks: [{type: topicsink}]\n")
 	for kg := range 32 {
 		require.Equal(t, kg, gp.Partition(kg))
 	}
@@ -331,7 +363,7 @@ func TestKeyGroupPartition(t *testing.T) {
 // policy (as a set) are the plan's; otherwise the error says what it has
 // and what it needs, and how to get out.
 func TestCheckTopic(t *testing.T) {
-	gp := loadGroup(t, "version: 1\nname: c\nmax_parallelism: 8\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{id: s, keyed: x}]\nsinks: [{type: collect}]\n")
+	gp := loadGroup(t, "version: 1\nname: c\nmax_parallelism: 8\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{id: s, keyed: x}]\nsinks: [{type: topicsink}]\n")
 	rep, cl := gp.Topic("c-s-repartition"), gp.Topic("c-s-changelog")
 	require.NoError(t, pipeline.CheckTopic(rep, pipeline.TopicState{Name: rep.Name, Exists: true, Partitions: 8, ReplicationFactor: 1, CleanupPolicy: "delete"}),
 		"another replication factor is the operator's business")
@@ -421,7 +453,7 @@ func (a *fakeAdmin) DeleteConsumerGroup(id string) error {
 
 func (a *fakeAdmin) Close() error { return nil }
 
-const ensureText = "version: 1\nname: e\nmax_parallelism: 4\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{id: s, keyed: x}]\nsinks: [{type: collect}]\n"
+const ensureText = "version: 1\nname: e\nmax_parallelism: 4\ngroup: {brokers: [k:1]}\nsources: [{type: topic, topics: [t]}]\nsteps: [{id: s, keyed: x}]\nsinks: [{type: topicsink}]\n"
 
 // TestEnsureGroupTopics: missing topics are created, existing ones
 // checked and never changed, one created meanwhile by another process is
@@ -504,13 +536,13 @@ func TestResetGroup(t *testing.T) {
 	require.Equal(t, []string{"group", "topics", "delete e-s-changelog", "topics", "topics"}, a.calls)
 }
 
-// TestGroupRunNotImplemented: a runner refuses a pipeline with a group
-// block, before anything runs.
-func TestGroupRunNotImplemented(t *testing.T) {
+// TestGroupRunNeedsStateDir: a runner of a pipeline with a group block
+// needs a state directory, where the process keeps its id.
+func TestGroupRunNeedsStateDir(t *testing.T) {
 	spec, err := pipeline.Load(groupEnv(), "g.yaml", []byte(ensureText))
 	require.NoError(t, err)
 	_, err = pipeline.NewRunner(spec, pipeline.RunnerOptions{})
-	require.ErrorIs(t, err, pipeline.ErrGroupRunNotImplemented)
+	require.ErrorContains(t, err, "group mode needs a state directory")
 }
 
 // TestGroupSchema: the schema of the group block has its own keys and the

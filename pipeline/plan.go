@@ -287,6 +287,11 @@ func (p *Plan) buildChains(chaining bool) {
 }
 
 func guarantee(spec *Spec, nodes []*Node) (Guarantee, []string) {
+	if spec.Group != nil {
+		// Group mode: the sources read Kafka topics and the sinks write in
+		// the group's transactions, with the offsets (docs/group.md).
+		return ExactlyOnce, nil
+	}
 	g := ExactlyOnce
 	var why []string
 	for _, n := range nodes {

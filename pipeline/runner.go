@@ -134,6 +134,9 @@ type Runner struct {
 	lastErr            string
 	// sampler holds the totals the status's rates are computed from.
 	sampler statusSampler
+	// groupStop, in group mode, ends the run's membership of the group
+	// (group_run.go).
+	groupStop context.CancelFunc
 }
 
 // NewRunner compiles spec and returns its runner; nothing runs or is
@@ -145,8 +148,8 @@ func NewRunner(spec *Spec, opts RunnerOptions) (*Runner, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	if spec.Group != nil {
-		return nil, fmt.Errorf("pipeline %q: %w: remove the group block to run it in one process", spec.Name, ErrGroupRunNotImplemented)
+	if spec.Group != nil && opts.StateDir == "" {
+		return nil, fmt.Errorf("pipeline %q: group mode needs a state directory", spec.Name)
 	}
 	if spec.Checkpoint == nil && (opts.Fresh || opts.FromSavepoint != "") {
 		return nil, fmt.Errorf("pipeline %q: a fresh start or a restore from a savepoint needs a checkpoint block", spec.Name)
@@ -202,6 +205,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		close(stopSampler)
 		<-sampled
 	}()
+	if r.spec.Group != nil {
+		return r.runGroup(ctx)
+	}
 	opts := JobOptions{Logger: r.logger, Metrics: r.metrics, AllowNonRestoredState: r.opts.AllowNonRestoredState,
 		StateDir: r.opts.StateDir, Stdin: r.opts.Stdin, Stdout: r.opts.Stdout}
 	if r.spec.Checkpoint != nil {
@@ -414,6 +420,13 @@ func (r *Runner) requestStop(kind stopKind) error {
 		return ErrStopping
 	}
 	r.stop = kind
+	if r.groupStop != nil {
+		// Group mode: leaving the group ends the generation's job; its
+		// open transaction is aborted, the next owner of its partitions
+		// goes on from the last commit.
+		r.groupStop()
+		return nil
+	}
 	switch {
 	case r.job == nil:
 		r.wakeUp()
@@ -441,6 +454,10 @@ func (r *Runner) Cancel() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stop = stopCancel
+	if r.groupStop != nil {
+		r.groupStop()
+		return
+	}
 	if r.job == nil {
 		r.wakeUp()
 		return

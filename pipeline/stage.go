@@ -210,6 +210,9 @@ func newStage(n *Node, info SubtaskInfo, stateDir string) (*stage, error) {
 		s.written = info.Metrics.RecordsWritten(info)
 		s.sample = info.Metrics.sinkSampler(info)
 		s.sink, err = n.Sink.Config.NewSink()
+		// A sink that acts on event time (group mode's exchange writer
+		// sends the watermark on) gets the task's watermark as a step does.
+		s.wmh, _ = s.sink.(WatermarkHandler)
 		if err == nil && n.Sink.WriteAhead {
 			if n.Sink.wrap == nil {
 				err = errors.New("write_ahead: the spec was not loaded with an Env that registers a write-ahead sink wrapper")

@@ -543,11 +543,12 @@ func (t *task) runSource(ctx context.Context) error {
 			select {
 			case rb = <-free:
 				rb.Records, rb.Position, rb.Failed, rb.SplitDone = rb.Records[:0], nil, rb.Failed[:0], false
+				rb.HasWatermark, rb.Idle = false, false
 			default:
 				rb = &ReadBatch{Records: make([]Record, 0, t.job.plan.Spec.Runtime.BatchSize)}
 			}
 			err := t.head.src.Read(readCtx, rb)
-			if len(rb.Records) > 0 || len(rb.Failed) > 0 || rb.Position != nil || rb.SplitDone {
+			if len(rb.Records) > 0 || len(rb.Failed) > 0 || rb.Position != nil || rb.SplitDone || rb.HasWatermark {
 				select {
 				case batches <- rb:
 				case <-quit:
@@ -689,6 +690,12 @@ func (t *task) emitRead(rb *ReadBatch) error {
 	}
 	if rb.SplitDone && t.wmGen != nil {
 		t.wmGen.split(rb.Split).done = true
+	}
+	if rb.HasWatermark && t.wmGen == nil {
+		if rb.Idle {
+			return t.markIdle()
+		}
+		return t.advance(rb.Watermark)
 	}
 	return nil
 }

@@ -58,6 +58,16 @@ func (c *SourceConfig) GroupInput(groupID string) (pipeline.GroupInput, error) {
 	return pipeline.GroupInput{Topics: slices.Clone([]string(c.Topics)), Pattern: c.TopicPattern}, nil
 }
 
+// GroupOutput implements pipeline.GroupSink: in group mode the sink
+// writes through the process's transactional producer, to the group's
+// cluster.
+func (c *SinkConfig) GroupOutput() error {
+	if c.TopicExpr.IsSet() {
+		return pipeline.FieldErr("topic_expr", "group mode writes to one topic per sink for now: set topic")
+	}
+	return nil
+}
+
 // groupAdmin implements pipeline.GroupAdmin with a sarama ClusterAdmin.
 type groupAdmin struct {
 	admin sarama.ClusterAdmin

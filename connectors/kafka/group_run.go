@@ -1,0 +1,429 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+// The runtime of group mode on Kafka (docs/group.md, "How it runs"): the
+// process joins the group's consumer group with the range strategy, so
+// partition p of every topic of equal partition count goes to the same
+// member and a stage's inputs are co-partitioned; each generation runs one
+// job (pipeline.GroupRun.StartGeneration) over the partitions assigned to
+// it. One transactional producer per process carries every checkpoint of
+// the job as one transaction: the output of the sinks, the exchanges'
+// records and watermark markers, the changelog records of the keyed state
+// and the consumed offsets, committed with the generation's metadata
+// (KIP-447), so that a member of an older generation is fenced. A
+// rebalance ends the generation: its job is cancelled and the open
+// transaction aborted, and the members go on from the last commit.
+
+var _ pipeline.GroupRunner = (*GroupClientConfig)(nil)
+
+// RunGroup implements pipeline.GroupRunner: it creates or checks the
+// internal topics, joins the group and runs a job per generation until ctx
+// ends (the process leaves the group) or a job fails.
+func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun) error {
+	gp := run.Plan
+	for _, s := range gp.Stages {
+		for _, src := range s.Sources {
+			if src.Input.Pattern != "" {
+				return fmt.Errorf("source %q: topic_pattern is not supported in group mode yet: list the topics", src.Node.ID)
+			}
+		}
+	}
+	admin, err := c.NewGroupAdmin()
+	if err != nil {
+		return err
+	}
+	created, err := pipeline.EnsureGroupTopics(admin, gp)
+	_ = admin.Close()
+	if err != nil {
+		return err
+	}
+	if len(created) > 0 {
+		run.Logger.Info("created the internal topics", "topics", created)
+	}
+	g := &groupRun{cfg: c, run: run, logger: run.Logger}
+	if err := g.connect(); err != nil {
+		g.close()
+		return err
+	}
+	defer g.close()
+	topics := slices.Clone(gp.SourceTopics())
+	for _, x := range gp.Exchanges {
+		if !slices.Contains(topics, x.Topic.Name) {
+			topics = append(topics, x.Topic.Name)
+		}
+	}
+	for ctx.Err() == nil {
+		err := g.group.Consume(ctx, topics, g)
+		if g.failed != nil {
+			return g.failed
+		}
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("consumer group %s: %w", gp.Group.ID, err)
+		}
+	}
+	return nil
+}
+
+// groupRun is one process's membership of the group: its client, consumer
+// group and transactional producer, and the generation that runs.
+type groupRun struct {
+	cfg    *GroupClientConfig
+	run    *pipeline.GroupRun
+	logger *slog.Logger
+
+	client   sarama.Client // metadata, offsets, the changelogs' reads
+	group    sarama.ConsumerGroup
+	producer sarama.AsyncProducer
+	out      *output
+	// tasks is the number of tasks of each stage (the partitions of its
+	// input topics): the upstream tasks an exchange reader waits for.
+	tasks map[*pipeline.GroupStage]int
+
+	gen *generation
+	// failed is the error of a job that failed: the run ends with it.
+	failed error
+}
+
+// connect opens the client, the transactional producer (which fences
+// this process's previous incarnation) and the consumer group.
+func (g *groupRun) connect() error {
+	gp := g.run.Plan
+	base, err := g.cfg.saramaConfig()
+	if err != nil {
+		return err
+	}
+	base.Metadata.AllowAutoTopicCreation = false
+	base.Consumer.IsolationLevel = sarama.ReadCommitted
+	base.Consumer.MaxWaitTime = 100 * time.Millisecond
+	if g.client, err = g.cfg.newClient(base); err != nil {
+		return err
+	}
+	g.tasks = map[*pipeline.GroupStage]int{}
+	counts := map[string]int{}
+	for _, t := range gp.SourceTopics() {
+		ps, err := g.client.Partitions(t)
+		if err != nil {
+			return fmt.Errorf("partitions of source topic %s: %w", t, err)
+		}
+		counts[t] = len(ps)
+	}
+	for _, s := range gp.Stages {
+		if g.tasks[s], err = s.TasksFor(counts); err != nil {
+			return err
+		}
+	}
+
+	pc, err := g.cfg.saramaConfig()
+	if err != nil {
+		return err
+	}
+	pc.Metadata.AllowAutoTopicCreation = false
+	pc.Producer.Return.Errors = true
+	pc.Producer.Return.Successes = true
+	pc.Producer.Partitioner = sarama.NewManualPartitioner
+	pc.Producer.RequiredAcks = sarama.WaitForAll
+	pc.Producer.Idempotent = true
+	pc.Producer.Flush.Frequency = 5 * time.Millisecond
+	pc.Producer.Flush.Bytes = 1 << 20
+	pc.Net.MaxOpenRequests = 1
+	pc.Producer.Transaction.ID = gp.Group.ID + "-" + g.run.ProcessID
+	pc.Producer.Transaction.Timeout = max(time.Minute, 10*gp.Group.CommitInterval.D())
+	pc.Producer.Transaction.Retry.Max = 250
+	pc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
+	if g.producer, err = sarama.NewAsyncProducer(g.cfg.Brokers, pc); err != nil {
+		return fmt.Errorf("start the group's transactional producer: %w", err)
+	}
+	g.out = newOutput(g.producer)
+
+	cc, err := g.cfg.saramaConfig()
+	if err != nil {
+		return err
+	}
+	cc.Metadata.AllowAutoTopicCreation = false
+	cc.Consumer.Return.Errors = true
+	cc.Consumer.IsolationLevel = sarama.ReadCommitted
+	cc.Consumer.Offsets.AutoCommit.Enable = false
+	cc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	cc.Consumer.MaxWaitTime = 100 * time.Millisecond
+	if g.group, err = sarama.NewConsumerGroup(g.cfg.Brokers, gp.Group.ID, cc); err != nil {
+		return fmt.Errorf("join consumer group %s: %w", gp.Group.ID, err)
+	}
+	go func() {
+		for err := range g.group.Errors() {
+			g.logger.Warn("consumer group", "err", err.Error())
+		}
+	}()
+	return nil
+}
+
+// close leaves the group and closes the producer and the client.
+func (g *groupRun) close() {
+	if g.group != nil {
+		if err := g.group.Close(); err != nil {
+			g.logger.Warn("leave the group", "err", err.Error())
+		}
+	}
+	if g.out != nil {
+		_ = g.out.close()
+	}
+	if g.client != nil {
+		_ = g.client.Close()
+	}
+}
+
+// Setup starts a generation: it reads the state of the assigned
+// partitions from the changelogs, begins the generation's first
+// transaction and starts its job.
+func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
+	gen := newGeneration(g, sess)
+	g.gen = gen
+	g.logger.Info("group generation", "generation", sess.GenerationID(), "member", sess.MemberID(), "assigned", gen.describe())
+	restore, err := gen.readChangelogs(sess.Context())
+	if err != nil {
+		return g.fail(err)
+	}
+	gen.restore = restore
+	g.out.resetFailure()
+	if err := g.producer.BeginTxn(); err != nil {
+		return g.fail(fmt.Errorf("begin transaction: %w", err))
+	}
+	job, err := g.run.StartGeneration(context.Background(), gen)
+	if err != nil {
+		return g.fail(err)
+	}
+	gen.job = job
+	if job != nil {
+		go func() {
+			gen.jobErr = job.Wait()
+			close(gen.jobDone)
+		}()
+	}
+	return nil
+}
+
+// fail records err as the run's failure and returns it.
+func (g *groupRun) fail(err error) error {
+	if g.failed == nil {
+		g.failed = err
+	}
+	return err
+}
+
+// ConsumeClaim hands the claim to the generation's source or exchange
+// reader and waits for the generation to end.
+func (g *groupRun) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	gen := g.gen
+	gen.addClaim(claim)
+	select {
+	case <-sess.Context().Done():
+	case <-gen.jobDone:
+	}
+	return nil
+}
+
+// Cleanup ends the generation: its job is cancelled and its open
+// transaction aborted; a job that failed on its own ends the run.
+func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
+	gen := g.gen
+	if gen == nil {
+		return nil
+	}
+	if gen.job != nil {
+		select {
+		case <-gen.jobDone:
+			if gen.jobErr != nil {
+				g.fail(gen.jobErr)
+			}
+		default:
+			gen.job.Cancel()
+			<-gen.jobDone
+		}
+		g.run.EndGeneration(gen.job, gen.jobErr)
+	}
+	if g.producer.TxnStatus()&sarama.ProducerTxnFlagInTransaction != 0 {
+		if err := g.producer.AbortTxn(); err != nil {
+			return g.fail(fmt.Errorf("abort the generation's open transaction: %w", err))
+		}
+	}
+	return nil
+}
+
+// generation is one generation of the group in this process: its
+// assignment and claims, its job and the job's transactions.
+type generation struct {
+	g    *groupRun
+	sess sarama.ConsumerGroupSession
+	// assigned is the session's claims: the partitions of each topic.
+	assigned map[string][]int32
+
+	mu     sync.Mutex
+	claims map[topicPartition]sarama.ConsumerGroupClaim
+	// ready is closed once every assigned partition's claim arrived.
+	ready chan struct{}
+
+	restore *changelogRestore
+	// live is, per stateful step, the key groups whose changelog holds a
+	// blob (restored or written): a key group that has none at the next
+	// checkpoint gets a tombstone.
+	live map[string]map[int]bool
+
+	job     *pipeline.Job
+	jobDone chan struct{}
+	jobErr  error
+}
+
+var _ pipeline.GroupGeneration = (*generation)(nil)
+
+func newGeneration(g *groupRun, sess sarama.ConsumerGroupSession) *generation {
+	gen := &generation{g: g, sess: sess, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
+		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]bool{}}
+	for _, ps := range gen.assigned {
+		slices.Sort(ps)
+	}
+	if gen.want() == 0 {
+		close(gen.ready)
+	}
+	return gen
+}
+
+// want is the number of assigned partitions.
+func (gen *generation) want() int {
+	n := 0
+	for _, ps := range gen.assigned {
+		n += len(ps)
+	}
+	return n
+}
+
+// describe is the assignment for the log: topic -> partitions.
+func (gen *generation) describe() map[string][]int32 { return gen.assigned }
+
+// addClaim registers a claim; the last one makes the generation ready.
+func (gen *generation) addClaim(c sarama.ConsumerGroupClaim) {
+	gen.mu.Lock()
+	defer gen.mu.Unlock()
+	gen.claims[topicPartition{c.Topic(), c.Partition()}] = c
+	if len(gen.claims) == gen.want() {
+		close(gen.ready)
+	}
+}
+
+// awaitClaims waits until every claim arrived and returns those of the
+// partitions of topics, in topic then partition order.
+func (gen *generation) awaitClaims(ctx context.Context, topics []string) ([]sarama.ConsumerGroupClaim, error) {
+	select {
+	case <-gen.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-gen.sess.Context().Done():
+		return nil, errors.New("the group's generation ended")
+	}
+	gen.mu.Lock()
+	defer gen.mu.Unlock()
+	var out []sarama.ConsumerGroupClaim
+	for _, t := range topics {
+		for _, p := range gen.assigned[t] {
+			out = append(out, gen.claims[topicPartition{t, p}])
+		}
+	}
+	return out, nil
+}
+
+// Assigned implements pipeline.GroupGeneration: the assigned partitions
+// of the stage's input topics.
+func (gen *generation) Assigned(s *pipeline.GroupStage) []int32 {
+	var out []int32
+	for _, t := range s.InputTopics() {
+		for _, p := range gen.assigned[t] {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Source implements pipeline.GroupGeneration: the kafka source src reads
+// its assigned partitions from the generation's claims.
+func (gen *generation) Source(src pipeline.GroupSourceInput) (pipeline.SourceConfig, error) {
+	cfg, ok := src.Node.Source.Config.(*SourceConfig)
+	if !ok {
+		return nil, fmt.Errorf("source %q: a %s source cannot run in group mode", src.Node.ID, src.Node.Type)
+	}
+	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics}
+	c.StopAt = "" // a group run reads until it is stopped
+	return c, nil
+}
+
+// Sink implements pipeline.GroupGeneration: a kafka sink writes through
+// the process's producer, in its transactions.
+func (gen *generation) Sink(s *pipeline.SinkSpec) (pipeline.SinkConfig, error) {
+	cfg, ok := s.Config.(*SinkConfig)
+	if !ok {
+		return nil, fmt.Errorf("sink %q: a %s sink cannot run in group mode yet: only kafka sinks write in the group's transactions", s.ID, s.Type)
+	}
+	return &groupSinkConfig{SinkConfig: cfg, gen: gen}, nil
+}
+
+// ExchangeWriter implements pipeline.GroupGeneration.
+func (gen *generation) ExchangeWriter(x *pipeline.GroupExchange) (pipeline.SinkConfig, error) {
+	return &exchangeWriterConfig{gen: gen, x: x, tasks: gen.Assigned(x.From), maxPar: gen.g.run.Plan.MaxParallelism,
+		partitions: gen.g.run.Plan.Partitions}, nil
+}
+
+// ExchangeReader implements pipeline.GroupGeneration.
+func (gen *generation) ExchangeReader(x *pipeline.GroupExchange) (pipeline.SourceConfig, error) {
+	return &exchangeReaderConfig{gen: gen, x: x, upstream: gen.g.tasks[x.From]}, nil
+}
+
+// Store implements pipeline.GroupGeneration: each checkpoint is a
+// transaction.
+func (gen *generation) Store() pipeline.CheckpointStore { return &txnStore{gen: gen} }
+
+// Restore implements pipeline.GroupGeneration.
+func (gen *generation) Restore() pipeline.RestoredCheckpoint {
+	if gen.restore == nil || len(gen.restore.parts) == 0 {
+		return nil
+	}
+	return gen.restore
+}
+
+// groupMetadata is the generation's consumer group metadata, which the
+// transactions' offsets carry (KIP-447).
+func (gen *generation) groupMetadata() *sarama.ConsumerGroupMetadata {
+	return &sarama.ConsumerGroupMetadata{GroupID: gen.g.run.Plan.Group.ID, GenerationID: gen.sess.GenerationID(),
+		MemberID: gen.sess.MemberID()}
+}
+
+// changelogOf returns the changelog topic of stateful step id.
+func (gen *generation) changelogOf(step string) *pipeline.InternalTopic {
+	for _, t := range gen.g.run.Plan.Topics {
+		if t.Kind == pipeline.ChangelogTopic && t.Step == step {
+			return t
+		}
+	}
+	return nil
+}
+
+// resetFailure forgets the failure of a record of an aborted
+// transaction: a new generation starts clean.
+func (o *output) resetFailure() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.err = nil
+}

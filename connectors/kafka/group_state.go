@@ -1,0 +1,360 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// The checkpoints of a generation's job are Kafka transactions (txnStore),
+// and its keyed state lives in the changelog topics: a stateful step's
+// snapshot of key group g is one record in partition g of its changelog
+// (key: g, value: the key group's blob; a tombstone once it is empty). A
+// restore reads the assigned partitions of the changelogs to their end and
+// keeps the last record of each key group (changelogRestore).
+
+// txnStore is the CheckpointStore of a generation: checkpoint N is the
+// open transaction, which Complete commits with the offsets the sources'
+// positions of N hold.
+type txnStore struct{ gen *generation }
+
+// Begin starts collecting checkpoint id; the transaction is open already
+// (the records written since the last commit are in it).
+func (s *txnStore) Begin(id int64, _ checkpoint.Meta) (checkpoint.Writer, error) {
+	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}}, nil
+}
+
+// txnWriter collects a checkpoint's parts: the sources' positions become
+// the transaction's offsets, the keyed state becomes changelog records.
+type txnWriter struct {
+	gen *generation
+	id  int64
+
+	mu      sync.Mutex
+	offsets map[topicPartition]int64
+}
+
+// Put takes a source's position (src/<id>/<subtask>); the other small
+// parts (watermarks, sink committables) need no storage in group mode.
+func (w *txnWriter) Put(part string, blob []byte) error {
+	if !strings.HasPrefix(part, "src/") || len(blob) == 0 {
+		return nil
+	}
+	entries, err := DecodePosition(blob)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %s: %w", w.id, part, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range entries {
+		w.offsets[topicPartition{e.Topic, e.Partition}] = e.Next
+	}
+	return nil
+}
+
+// Create takes the keyed state of a step (op/<step>/<subtask>): it is
+// written to the step's changelog when the part is closed.
+func (w *txnWriter) Create(part string, base int64) (checkpoint.PartWriter, error) {
+	kind, rest, _ := strings.Cut(part, "/")
+	step, _, _ := strings.Cut(rest, "/")
+	if kind != "op" {
+		return nil, fmt.Errorf("checkpoint %d: unexpected part %s", w.id, part)
+	}
+	if base != 0 {
+		return nil, checkpoint.ErrDeltaBase
+	}
+	t := w.gen.changelogOf(step)
+	if t == nil {
+		return nil, fmt.Errorf("checkpoint %d: step %q keeps state but has no changelog topic", w.id, step)
+	}
+	return &changelogWriter{gen: w.gen, topic: t, step: step}, nil
+}
+
+// Complete commits the transaction with the checkpoint's offsets and the
+// generation's group metadata, and begins the next one.
+func (w *txnWriter) Complete(ctx context.Context) error {
+	g := w.gen.g
+	if err := g.out.flush(ctx); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", w.id, err)
+	}
+	offsets := map[string][]*sarama.PartitionOffsetMetadata{}
+	w.mu.Lock()
+	for tp, next := range w.offsets {
+		offsets[tp.topic] = append(offsets[tp.topic], &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next})
+	}
+	w.mu.Unlock()
+	if len(offsets) > 0 {
+		if err := g.producer.AddOffsetsToTxnWithGroupMetadata(offsets, w.gen.groupMetadata()); err != nil {
+			return fmt.Errorf("checkpoint %d: add the offsets to the transaction: %w", w.id, err)
+		}
+	}
+	if err := g.producer.CommitTxn(); err != nil {
+		return fmt.Errorf("checkpoint %d: commit the transaction: %w", w.id, err)
+	}
+	if err := g.producer.BeginTxn(); err != nil {
+		return fmt.Errorf("checkpoint %d: begin the next transaction: %w", w.id, err)
+	}
+	return nil
+}
+
+// Abort does nothing: a checkpoint that fails fails the job (no failure
+// is tolerable in group mode), and the generation's end aborts the
+// transaction.
+func (w *txnWriter) Abort() error { return nil }
+
+// changelogWriter receives a step's snapshot stream and writes one record
+// per key group, plus a tombstone for each key group that had state and
+// has none now.
+type changelogWriter struct {
+	gen   *generation
+	topic *pipeline.InternalTopic
+	step  string
+	buf   bytes.Buffer
+}
+
+func (c *changelogWriter) Write(b []byte) (int, error) { return c.buf.Write(b) }
+
+// Abort drops what was written.
+func (c *changelogWriter) Abort() { c.buf.Reset() }
+
+// Close sends the records into the open transaction.
+func (c *changelogWriter) Close() error {
+	g := c.gen.g
+	now := map[int]bool{}
+	stream := c.buf.Bytes()
+	ctx := context.Background()
+	err := statestore.SplitBlobs(stream, func(group int, blob []byte) error {
+		now[group] = true
+		return c.send(ctx, group, blob)
+	})
+	if err != nil {
+		return fmt.Errorf("changelog of step %q: %w", c.step, err)
+	}
+	c.gen.mu.Lock()
+	live := c.gen.live[c.step]
+	c.gen.live[c.step] = now
+	c.gen.mu.Unlock()
+	for group := range live {
+		if !now[group] {
+			if err := c.send(ctx, group, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return g.out.failure()
+}
+
+// send writes key group group's blob (nil: a tombstone) to its partition.
+func (c *changelogWriter) send(ctx context.Context, group int, blob []byte) error {
+	o := c.gen.g.out
+	msg := o.newMessage()
+	msg.Topic = c.topic.Name
+	msg.Partition = int32(pipeline.KeyGroupPartition(group, c.gen.g.run.Plan.MaxParallelism, c.topic.Partitions))
+	msg.Key = sarama.ByteEncoder(binary.BigEndian.AppendUint32(nil, uint32(group)))
+	if blob != nil {
+		msg.Value = sarama.ByteEncoder(slices.Clone(blob))
+	}
+	return o.send(ctx, msg)
+}
+
+// changelogRestore is the keyed state of the generation's assigned
+// partitions read from the changelogs, as a checkpoint of one subtask per
+// step (op/<step>/0: the blobs of every key group). The restore at
+// parallelism 1 takes them all.
+type changelogRestore struct {
+	parts map[string][]byte
+}
+
+var _ pipeline.RestoredCheckpoint = (*changelogRestore)(nil)
+
+// ID is 0: the state comes from no checkpoint of this store.
+func (r *changelogRestore) ID() int64 { return 0 }
+
+func (r *changelogRestore) Parts() []checkpoint.PartInfo {
+	out := make([]checkpoint.PartInfo, 0, len(r.parts))
+	for _, name := range slices.Sorted(mapKeys(r.parts)) {
+		out = append(out, checkpoint.PartInfo{Name: name})
+	}
+	return out
+}
+
+func (r *changelogRestore) Get(part string) ([]byte, error) {
+	b, ok := r.parts[part]
+	if !ok {
+		return nil, fmt.Errorf("no part %s", part)
+	}
+	return b, nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// readChangelogs reads the changelog partitions of the stages that run
+// here, each from its start to its last stable offset, and keeps the last
+// record of each key group. The process's producer has fenced its previous
+// incarnation already, so no transaction of its own holds the end back.
+func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, error) {
+	g := gen.g
+	r := &changelogRestore{parts: map[string][]byte{}}
+	var tps []topicPartition
+	stepOf := map[string]string{}
+	for _, s := range g.run.Plan.Stages {
+		for _, t := range s.Changelogs {
+			stepOf[t.Name] = t.Step
+			for _, p := range gen.Assigned(s) {
+				tps = append(tps, topicPartition{t.Name, p})
+			}
+		}
+	}
+	if len(tps) == 0 {
+		return r, nil
+	}
+	ends, err := listOffsets(g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+	if err != nil {
+		return nil, fmt.Errorf("restore: the end of the changelogs: %w", err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(g.client)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	defer func() { _ = consumer.Close() }()
+	start := time.Now()
+	// The partitions are read at once: each ends with a quiet wait (the
+	// last offsets are transaction markers, which the consumer never
+	// hands out).
+	type result struct {
+		tp   topicPartition
+		last map[int][]byte
+		n    int
+		err  error
+	}
+	results := make(chan result, len(tps))
+	for _, tp := range tps {
+		go func() {
+			if ends[tp] <= 0 {
+				results <- result{tp: tp}
+				return
+			}
+			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp])
+			results <- result{tp, last, n, err}
+		}()
+	}
+	records := 0
+	blobs := map[string]map[int][]byte{}
+	var errs []error
+	for range tps {
+		res := <-results
+		if res.err != nil {
+			errs = append(errs, fmt.Errorf("restore from changelog %s: %w", res.tp, res.err))
+			continue
+		}
+		records += res.n
+		step := stepOf[res.tp.topic]
+		if blobs[step] == nil {
+			blobs[step] = map[int][]byte{}
+		}
+		for group, blob := range res.last {
+			if blob != nil {
+				blobs[step][group] = blob
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for step, groups := range blobs {
+		var part []byte
+		live := map[int]bool{}
+		for _, group := range slices.Sorted(intKeys(groups)) {
+			part = append(part, groups[group]...)
+			live[group] = true
+		}
+		if len(part) > 0 {
+			r.parts["op/"+step+"/0"] = part
+		}
+		gen.live[step] = live
+	}
+	g.logger.Info("restored keyed state from the changelogs", "partitions", len(tps), "records", records,
+		"duration", time.Since(start).Round(time.Millisecond))
+	return r, nil
+}
+
+func intKeys[V any](m map[int]V) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// quietProbe is how long a changelog partition delivers nothing before
+// the restore asks the broker whether records remain before its end.
+const quietProbe = 200 * time.Millisecond
+
+// readPartitionTo reads changelog partition tp from its start until offset
+// end (its last stable offset) and returns the last value of each key
+// group (nil: a tombstone) and the number of records read. Offsets that
+// the consumer never hands out (transaction markers, aborted records) at
+// the end are found with a probe once the partition is quiet.
+func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64) (map[int][]byte, int, error) {
+	pc, err := consumer.ConsumePartition(tp.topic, tp.partition, sarama.OffsetOldest)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = pc.Close() }()
+	last := map[int][]byte{}
+	n := 0
+	next := int64(0)
+	quiet := time.NewTimer(quietProbe)
+	defer quiet.Stop()
+	for next < end {
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case m := <-pc.Messages():
+			next = m.Offset + 1
+			if m.Offset >= end {
+				return last, n, nil
+			}
+			if len(m.Key) != 4 {
+				return nil, 0, fmt.Errorf("offset %d: a key of %d bytes, not a key group", m.Offset, len(m.Key))
+			}
+			last[int(binary.BigEndian.Uint32(m.Key))] = m.Value
+			n++
+			quiet.Reset(quietProbe)
+		case e := <-pc.Errors():
+			return nil, 0, e.Err
+		case <-quiet.C:
+			visible, err := visibleBefore(cl, sarama.ReadCommitted, tp, next, end)
+			if err != nil {
+				return nil, 0, err
+			}
+			if !visible {
+				return last, n, nil
+			}
+			quiet.Reset(quietProbe)
+		}
+	}
+	return last, n, nil
+}

@@ -1,0 +1,280 @@
+//go:build !windows
+
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/internal/testkit"
+)
+
+// Group mode (docs/group.md): processes of testdata/group/window.yaml
+// share a Kafka -> key_by + tumbling window -> Kafka pipeline through a
+// consumer group; their committed output, read by a read_committed
+// consumer, must equal the output of the same pipeline in one process
+// (testdata/group/window_ref.yaml) over the same input, as a multiset.
+//
+// The broker is kfake in the test process unless KAFKA_BROKERS is set.
+
+// groupRecords is the input size of the group tests.
+const groupRecords = 3000
+
+// groupFlushKey is the key of the records that end the input: one per
+// partition, an hour of event time after the rest, so that every window
+// of the other keys fires in group mode, which never ends its input. Its
+// own windows are left out of the comparison.
+const groupFlushKey = "flush"
+
+// groupTest is the topics and input of a group test.
+type groupTest struct {
+	brokers, in, refOut, out string
+	env                      map[string]string
+	// input is the records to produce, the flush records last.
+	input []*sarama.ProducerMessage
+}
+
+// newGroupTest creates the topics of a group test and the group run's
+// environment; the input is produced by produce.
+func newGroupTest(t *testing.T, name string) *groupTest {
+	t.Helper()
+	brokers, _ := kafkaBrokers(t)
+	run := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	g := &groupTest{brokers: brokers, in: "in-" + run, refOut: "ref-" + run, out: "out-" + run}
+	createTopic(t, brokers, g.in, 3)
+	createTopic(t, brokers, g.refOut, 3)
+	createTopic(t, brokers, g.out, 3)
+	g.env = map[string]string{"EDDY_LOG_FORMAT": "json", "KAFKA_BROKERS": brokers, "KAFKA_IN": g.in, "KAFKA_OUT": g.out, "GROUP_ID": "g-" + run}
+	g.input = groupInput(g.in, time.Now().Add(-time.Hour).Truncate(time.Second).UnixMilli(), groupRecords)
+	return g
+}
+
+// groupInput is record i of n in partition i%3 of topic, with event times
+// from base on, then a flush record in each partition.
+func groupInput(topic string, base int64, n int) []*sarama.ProducerMessage {
+	var msgs []*sarama.ProducerMessage
+	for i := range n {
+		key := "k" + strconv.Itoa(i%26)
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: int32(i % 3), Key: sarama.StringEncoder(key),
+			Value: sarama.StringEncoder(fmt.Sprintf(`{"i":%d,"key":%q,"v":%d,"ts":%d}`, i, key, i%100, eventTimeFrom(base, i)))})
+	}
+	for part := range int32(3) {
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: part, Key: sarama.StringEncoder(groupFlushKey),
+			Value: sarama.StringEncoder(fmt.Sprintf(`{"i":-1,"key":%q,"v":0,"ts":%d}`, groupFlushKey, eventTimeFrom(base, n)+3_600_000))})
+	}
+	return msgs
+}
+
+// produce writes msgs.
+func (g *groupTest) produce(t *testing.T, msgs []*sarama.ProducerMessage) {
+	t.Helper()
+	cfg := saramaConfig()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	p, err := sarama.NewSyncProducer(strings.Split(g.brokers, ","), cfg)
+	require.NoError(t, err)
+	require.NoError(t, p.SendMessages(msgs))
+	require.NoError(t, p.Close())
+}
+
+// reference runs window_ref.yaml, the pipeline in one process, over the
+// whole input and returns its committed output without the flush key's
+// windows.
+func (g *groupTest) reference(t *testing.T) []string {
+	t.Helper()
+	work := t.TempDir()
+	ref := eddy(t, work, map[string]string{"EDDY_STATE_DIR": work, "KAFKA_BROKERS": g.brokers, "KAFKA_IN": g.in, "KAFKA_OUT": g.refOut},
+		"run", mustAbs(t, "testdata/group/window_ref.yaml"))
+	require.Equal(t, 0, ref.code, "the one-process reference run: %s", ref.stderr)
+	want := withoutKey(readCommitted(t, g.brokers, g.refOut), groupFlushKey)
+	require.NotEmpty(t, want)
+	return want
+}
+
+// committed returns the group's committed output without the flush key's
+// windows.
+func (g *groupTest) committed(t *testing.T) []string {
+	t.Helper()
+	return withoutKey(readCommitted(t, g.brokers, g.out), groupFlushKey)
+}
+
+// withoutKey drops the output lines of key, and the sentinels of earlier
+// readCommitted calls.
+func withoutKey(lines []string, key string) []string {
+	var out []string
+	for _, l := range lines {
+		if !strings.Contains(l, fmt.Sprintf(`"key":%q`, key)) && !strings.HasPrefix(l, "sentinel-") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// groupProcess is a running `eddy run` of a group file.
+type groupProcess struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startGroupProcess starts eddy run of file with env and its own state
+// directory.
+func startGroupProcess(t *testing.T, file, stateDir string, env map[string]string) *groupProcess {
+	t.Helper()
+	e := map[string]string{"EDDY_STATE_DIR": stateDir}
+	for k, v := range env {
+		e[k] = v
+	}
+	c := eddyCommand(context.Background(), t.TempDir(), e, "run", file)
+	p := &groupProcess{cmd: c, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	c.Stderr = p.stderr
+	require.NoError(t, c.Start())
+	go func() { p.done <- c.Wait() }()
+	t.Cleanup(func() {
+		if c.ProcessState == nil {
+			_ = c.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stop sends sig and waits for the process to end; it returns the exit
+// code.
+func (p *groupProcess) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	err := testkit.WaitFor(t, p.done, "eddy to end after "+sig.String())
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return 0
+}
+
+// awaitCommitted reads topic with a read_committed consumer until it
+// holds at least n records without the flush key, or the process ends.
+func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupProcess) {
+	t.Helper()
+	ccfg := saramaConfig()
+	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	consumer, err := sarama.NewConsumer(strings.Split(brokers, ","), ccfg)
+	require.NoError(t, err)
+	defer consumer.Close()
+	parts, err := consumer.Partitions(topic)
+	require.NoError(t, err)
+	msgs := make(chan *sarama.ConsumerMessage)
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, p := range parts {
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		require.NoError(t, err)
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				select {
+				case msgs <- m:
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.After(runTimeout)
+	got := 0
+	for got < n {
+		select {
+		case m := <-msgs:
+			if len(withoutKey([]string{string(m.Value)}, groupFlushKey)) == 1 {
+				got++
+			}
+		case <-deadline:
+			require.FailNow(t, "the group's output is incomplete", "%d of %d records committed", got, n)
+		}
+		for _, p := range procs {
+			select {
+			case err := <-p.done:
+				p.done <- err
+				require.FailNow(t, "a group process ended", "%v; stderr:\n%s", err, p.stderr.String())
+			default:
+			}
+		}
+	}
+}
+
+// TestGroupOneProcess: one process of a group file commits exactly the
+// one-process result; SIGTERM leaves the group and exits 0.
+func TestGroupOneProcess(t *testing.T) {
+	g := newGroupTest(t, "one")
+	g.produce(t, g.input)
+	want := g.reference(t)
+	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, len(want), p)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	t.Logf("%d windows; group process log:\n%s", len(want), lastLines(p.stderr.String(), 12))
+	requireSameLines(t, want, g.committed(t), "group output vs the one-process run")
+}
+
+// TestGroupRestart: a group process SIGKILLed mid-run, while part of
+// the input is there and its windows are being committed, and started
+// again with the same state directory (its transactional id fences what
+// the killed one left open), twice, commits exactly the one-process
+// result: nothing lost, nothing twice. The restarted processes restore
+// the windows' state from the changelog.
+func TestGroupRestart(t *testing.T) {
+	g := newGroupTest(t, "restart")
+	file, state := mustAbs(t, "testdata/group/window.yaml"), t.TempDir()
+	third := len(g.input) / 3
+	committed := 0
+	for i, part := range [][]*sarama.ProducerMessage{g.input[:third], g.input[third : 2*third]} {
+		g.produce(t, part)
+		p := startGroupProcess(t, file, state, g.env)
+		// Part of this input's windows are committed: the kill comes
+		// before the rest, which waits for input that is not there yet.
+		committed += 50
+		awaitCommitted(t, g.brokers, g.out, committed, p)
+		require.Equal(t, -1, p.stop(t, syscall.SIGKILL), "SIGKILL")
+		if i > 0 {
+			require.Contains(t, p.stderr.String(), `"msg":"restored keyed state from the changelogs"`)
+		}
+		committed = len(g.committed(t))
+	}
+	g.produce(t, g.input[2*third:])
+	want := g.reference(t)
+	p := startGroupProcess(t, file, state, g.env)
+	awaitCommitted(t, g.brokers, g.out, len(want), p)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
+	requireSameLines(t, want, g.committed(t), "group output after SIGKILLs and restarts vs the one-process run")
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// grepLines returns the lines of s that contain one of subs.
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
