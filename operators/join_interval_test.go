@@ -327,11 +327,15 @@ func TestIntervalJoinBoundsValidation(t *testing.T) {
 // latest time. Each side's records of a key are 15s apart on average, so
 // that a left record joins one right record on average. It reports
 // events/s (input records) and the peak state entries: buffers (one per
-// key and side that holds records) plus their timers. select evaluates
-// three fields per result; merge has no select (a result is the merge of
-// the two records' fields).
+// key and side that holds records) plus their timers. select reads three
+// fields per result (plain field reads, which skip the expression VM);
+// computed evaluates three expressions on the VM, one reading both sides;
+// merge has no select (a result is the merge of the two records' fields).
 func BenchmarkIntervalJoin(b *testing.B) {
 	b.Run("select", func(b *testing.B) { benchIntervalJoin(b, "\n      select: {id: left.id, lv: left.v, rv: right.v}") })
+	b.Run("computed", func(b *testing.B) {
+		benchIntervalJoin(b, "\n      select: {id: string(left.id), lv: left.v + 1, d: right.v - left.v}")
+	})
 	b.Run("merge", func(b *testing.B) { benchIntervalJoin(b, "") })
 }
 
