@@ -125,11 +125,7 @@ func DecodePosition(b []byte) (Position, error) {
 // positions of every subtask of a checkpoint taken at another parallelism
 // (nil: a subtask that had generated nothing, nor been restored).
 func rescale(all [][]byte, k, p int) (Position, error) {
-	old := len(all)
-	pos := make([]Position, old)
-	var base int
-	var produced []Run
-	found := false
+	pos := make([]*Position, len(all))
 	for j, b := range all {
 		if b == nil {
 			continue
@@ -141,36 +137,68 @@ func rescale(all [][]byte, k, p int) (Position, error) {
 		if q.Parallelism == 0 {
 			return Position{}, errors.New("a position written by an older eddy, which does not record its parallelism: restore at the parallelism the checkpoint was taken with")
 		}
-		if q.Parallelism != old || q.Subtask != j || found && (q.Base != base || !slices.Equal(q.Produced, produced)) {
-			return Position{}, fmt.Errorf("the position of subtask %d of %d does not belong with those of %d subtasks", q.Subtask, q.Parallelism, old)
-		}
-		base, produced, found = q.Base, q.Produced, true
-		pos[j] = q
+		pos[j] = &q
 	}
-	if !found {
+	q, ok, err := Rescale(pos, k, p)
+	if err != nil {
+		return Position{}, err
+	}
+	if !ok {
 		return Position{Subtask: k, Parallelism: p, Next: k}, nil // nothing was generated
 	}
-	for j := range pos {
-		if all[j] == nil { // at its first counter
-			pos[j] = Position{Subtask: j, Parallelism: old, Base: base, Next: first(base, j, old)}
+	return q, nil
+}
+
+// Rescale returns the position subtask k of p starts from, given the
+// decoded positions of every subtask of a checkpoint taken at another
+// parallelism (nil: a subtask that had generated nothing, nor been
+// restored), and whether any was given. The new base is the smallest next
+// counter of the old subtasks; above it, the runs the old subtasks
+// generated are skipped. A source that numbers its records as the
+// generator does (nexmark) rescales with it too.
+func Rescale(pos []*Position, k, p int) (Position, bool, error) {
+	old := len(pos)
+	var given *Position
+	for j, q := range pos {
+		if q == nil {
+			continue
+		}
+		if q.Parallelism != old || q.Subtask != j || given != nil && (q.Base != given.Base || !slices.Equal(q.Produced, given.Produced)) {
+			return Position{}, false, fmt.Errorf("the position of subtask %d of %d does not belong with those of %d subtasks", q.Subtask, q.Parallelism, old)
+		}
+		if given == nil {
+			given = q
 		}
 	}
-	newBase := pos[0].Next
-	for _, q := range pos {
-		newBase = min(newBase, q.Next)
+	if given == nil {
+		return Position{}, false, nil
+	}
+	newBase := -1
+	for j, q := range pos {
+		next := first(given.Base, j, old) // at its first counter
+		if q != nil {
+			next = q.Next
+		}
+		if newBase < 0 || next < newBase {
+			newBase = next
+		}
 	}
 	var runs []Run
-	for _, r := range produced {
+	for _, r := range given.Produced {
 		if r.From = max(r.From, newBase); r.From < r.To {
 			runs = append(runs, r)
 		}
 	}
 	for j, q := range pos {
-		if q.Next > newBase {
-			runs = append(runs, Run{Step: old, Residue: j, From: newBase, To: q.Next})
+		next := first(given.Base, j, old)
+		if q != nil {
+			next = q.Next
+		}
+		if next > newBase {
+			runs = append(runs, Run{Step: old, Residue: j, From: newBase, To: next})
 		}
 	}
-	return Position{Subtask: k, Parallelism: p, Base: newBase, Next: first(newBase, k, p), Produced: runs}, nil
+	return Position{Subtask: k, Parallelism: p, Base: newBase, Next: first(newBase, k, p), Produced: runs}, true, nil
 }
 
 // first returns the smallest i >= base with i % p == k.

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/eddy-stream/eddy/connectors/generator"
 )
@@ -74,13 +73,12 @@ func DecodePosition(b []byte) (Position, error) {
 // rescale returns the position subtask k of p starts from, given the
 // positions of every subtask of a checkpoint taken at another parallelism
 // (nil: a subtask that had generated nothing, nor been restored), and
-// whether any was given. It is the generator source's rescale: the new
-// base is the smallest next number of the old subtasks, and above it the
-// runs the old subtasks generated are skipped.
+// whether any was given: the generator source's rescale
+// (generator.Rescale), with the base time every old subtask must share.
 func rescale(all [][]byte, k, p int) (Position, bool, error) {
-	old := len(all)
-	pos := make([]Position, old)
-	var first *Position
+	pos := make([]*generator.Position, len(all))
+	var baseTime int64
+	given := false
 	for j, b := range all {
 		if b == nil {
 			continue
@@ -89,47 +87,15 @@ func rescale(all [][]byte, k, p int) (Position, bool, error) {
 		if err != nil {
 			return Position{}, false, err
 		}
-		if q.Parallelism != old || q.Subtask != j || first != nil && (q.BaseTime != first.BaseTime || q.Base != first.Base || !slices.Equal(q.Produced, first.Produced)) {
-			return Position{}, false, fmt.Errorf("the position of subtask %d of %d does not belong with those of %d subtasks", q.Subtask, q.Parallelism, old)
+		if given && q.BaseTime != baseTime {
+			return Position{}, false, fmt.Errorf("the position of subtask %d of %d does not belong with those of %d subtasks", q.Subtask, q.Parallelism, len(all))
 		}
-		pos[j] = q
-		if first == nil {
-			first = &pos[j]
-		}
+		baseTime, given = q.BaseTime, true
+		pos[j] = &q.Position
 	}
-	if first == nil {
-		return Position{}, false, nil
+	g, ok, err := generator.Rescale(pos, k, p)
+	if err != nil || !ok {
+		return Position{}, false, err
 	}
-	for j := range pos {
-		if all[j] == nil { // at its first number
-			pos[j] = Position{BaseTime: first.BaseTime, Position: generator.Position{Subtask: j, Parallelism: old, Base: first.Base, Next: firstAtOrAbove(first.Base, j, old)}}
-		}
-	}
-	newBase := pos[0].Next
-	for _, q := range pos {
-		newBase = min(newBase, q.Next)
-	}
-	var runs []generator.Run
-	for _, r := range first.Produced {
-		if r.From = max(r.From, newBase); r.From < r.To {
-			runs = append(runs, r)
-		}
-	}
-	for j, q := range pos {
-		if q.Next > newBase {
-			runs = append(runs, generator.Run{Step: old, Residue: j, From: newBase, To: q.Next})
-		}
-	}
-	return Position{BaseTime: first.BaseTime, Position: generator.Position{
-		Subtask: k, Parallelism: p, Base: newBase, Next: firstAtOrAbove(newBase, k, p), Produced: runs,
-	}}, true, nil
-}
-
-// firstAtOrAbove returns the smallest n >= base with n % p == k.
-func firstAtOrAbove(base, k, p int) int {
-	n := base - base%p + k
-	if n < base {
-		n += p
-	}
-	return n
+	return Position{BaseTime: baseTime, Position: g}, true, nil
 }
