@@ -200,7 +200,11 @@ func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupP
 				got++
 			}
 		case <-deadline:
-			require.FailNow(t, "the group's output is incomplete", "%d of %d records committed", got, n)
+			var logs []string
+			for i, p := range procs {
+				logs = append(logs, fmt.Sprintf("process %d:\n%s", i, lastLines(grepLines(p.stderr.String(), "WARN", "ERROR", "group generation", "restored"), 20)))
+			}
+			require.FailNow(t, "the group's output is incomplete", "%d of %d records committed\n%s", got, n, strings.Join(logs, "\n"))
 		}
 		for _, p := range procs {
 			select {
@@ -257,6 +261,53 @@ func TestGroupRestart(t *testing.T) {
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
 	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
 	requireSameLines(t, want, g.committed(t), "group output after SIGKILLs and restarts vs the one-process run")
+}
+
+// TestGroupThreeProcesses: three processes of the same file share the
+// pipeline (each gets a partition of the input and a range of key
+// groups) and commit exactly the one-process result.
+func TestGroupThreeProcesses(t *testing.T) {
+	g := newGroupTest(t, "three")
+	g.produce(t, g.input)
+	want := g.reference(t)
+	file := mustAbs(t, "testdata/group/window.yaml")
+	var procs []*groupProcess
+	for range 3 {
+		procs = append(procs, startGroupProcess(t, file, t.TempDir(), g.env))
+	}
+	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	}
+	requireSameLines(t, want, g.committed(t), "output of three group processes vs the one-process run")
+}
+
+// TestGroupScale: the group grows from one process to three while the
+// input comes, then shrinks to two (SIGTERM leaves the group): every
+// rebalance aborts the open transactions and the members go on from the
+// last commit, restoring the state of the key groups they take over. The
+// output is exactly the one-process result.
+func TestGroupScale(t *testing.T) {
+	g := newGroupTest(t, "scale")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	third := len(g.input) / 3
+	g.produce(t, g.input[:third])
+	first := startGroupProcess(t, file, t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, 50, first)
+	procs := []*groupProcess{first, startGroupProcess(t, file, t.TempDir(), g.env), startGroupProcess(t, file, t.TempDir(), g.env)}
+	g.produce(t, g.input[third:2*third])
+	committed := len(g.committed(t))
+	awaitCommitted(t, g.brokers, g.out, committed+50, procs...)
+	require.Equal(t, 0, first.stop(t, syscall.SIGTERM), first.stderr.String())
+	procs = procs[1:]
+	g.produce(t, g.input[2*third:])
+	want := g.reference(t)
+	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	}
+	t.Logf("%d windows; a remaining process's log:\n%s", len(want), grepLines(procs[0].stderr.String(), "restored keyed state", "group generation"))
+	requireSameLines(t, want, g.committed(t), "output of a group scaled 1 -> 3 -> 2 vs the one-process run")
 }
 
 // lastLines returns the last n lines of s.

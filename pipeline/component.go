@@ -138,6 +138,12 @@ type SourceContext struct {
 	// before it delivered anything. Splits not declared count from their
 	// first record.
 	Splits []int
+	// SplitTimes may be set by Open to the largest event time each
+	// declared split delivered before: its watermark starts as if it had
+	// read that record again, so a split with nothing more to read does
+	// not hold the watermark back behind where it was (group mode, where a
+	// partition moves between processes).
+	SplitTimes map[int]int64
 	// Stdin is the job's standard input (JobOptions.Stdin), which the
 	// stdin source reads; nil: the process's (os.Stdin).
 	Stdin io.Reader

@@ -365,7 +365,7 @@ func (gen *generation) Source(src pipeline.GroupSourceInput) (pipeline.SourceCon
 	if !ok {
 		return nil, fmt.Errorf("source %q: a %s source cannot run in group mode", src.Node.ID, src.Node.Type)
 	}
-	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics}
+	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics, eventTime: src.Node.Source.EventTime}
 	c.StopAt = "" // a group run reads until it is stopped
 	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +34,7 @@ type txnStore struct{ gen *generation }
 // Begin starts collecting checkpoint id; the transaction is open already
 // (the records written since the last commit are in it).
 func (s *txnStore) Begin(id int64, _ checkpoint.Meta) (checkpoint.Writer, error) {
-	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}}, nil
+	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}, times: map[topicPartition]int64{}}, nil
 }
 
 // txnWriter collects a checkpoint's parts: the sources' positions become
@@ -44,24 +45,56 @@ type txnWriter struct {
 
 	mu      sync.Mutex
 	offsets map[topicPartition]int64
+	// times is the largest event time a source delivered from each
+	// partition (group sources): the offset's metadata carries it.
+	times map[topicPartition]int64
 }
 
-// Put takes a source's position (src/<id>/<subtask>); the other small
-// parts (watermarks, sink committables) need no storage in group mode.
+// Put takes a source's position (src/<id>/<subtask>): the transaction
+// commits its offsets, with each partition's largest event time in the
+// metadata (group sources). The other small parts (watermarks, sink
+// committables) need no storage in group mode: a source's watermark
+// comes back from the event times of its partitions.
 func (w *txnWriter) Put(part string, blob []byte) error {
 	if !strings.HasPrefix(part, "src/") || len(blob) == 0 {
 		return nil
 	}
-	entries, err := DecodePosition(blob)
+	entries, times, err := decodeGroupPosition(blob)
 	if err != nil {
 		return fmt.Errorf("checkpoint %d: %s: %w", w.id, part, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, e := range entries {
-		w.offsets[topicPartition{e.Topic, e.Partition}] = e.Next
+	for i, e := range entries {
+		tp := topicPartition{e.Topic, e.Partition}
+		w.offsets[tp] = e.Next
+		if times != nil && times[i] != pipeline.MinWatermark {
+			w.times[tp] = times[i]
+		}
 	}
 	return nil
+}
+
+// timeMetadataPrefix starts the metadata of a committed offset that
+// carries the largest event time read from the partition before it: the
+// process that reads the partition next starts its watermark there, so a
+// partition with nothing more to read does not hold the watermark back.
+const timeMetadataPrefix = "eddy-ts:"
+
+func timeMetadata(ts int64) *string {
+	s := timeMetadataPrefix + strconv.FormatInt(ts, 10)
+	return &s
+}
+
+// parseTimeMetadata returns the event time of a committed offset's
+// metadata.
+func parseTimeMetadata(m string) (int64, bool) {
+	rest, ok := strings.CutPrefix(m, timeMetadataPrefix)
+	if !ok {
+		return 0, false
+	}
+	ts, err := strconv.ParseInt(rest, 10, 64)
+	return ts, err == nil
 }
 
 // Create takes the keyed state of a step (op/<step>/<subtask>): it is
@@ -92,7 +125,11 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	offsets := map[string][]*sarama.PartitionOffsetMetadata{}
 	w.mu.Lock()
 	for tp, next := range w.offsets {
-		offsets[tp.topic] = append(offsets[tp.topic], &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next})
+		om := &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next}
+		if ts, ok := w.times[tp]; ok {
+			om.Metadata = timeMetadata(ts)
+		}
+		offsets[tp.topic] = append(offsets[tp.topic], om)
 	}
 	w.mu.Unlock()
 	if len(offsets) > 0 {
