@@ -93,6 +93,14 @@ type WatermarkHandler interface {
 	OnWatermark(wm int64, out Emitter) error
 }
 
+// IdleHandler is implemented by sinks that pass event time on (group
+// mode's exchange writer): OnIdle is called on the task goroutine when the
+// task tells its receivers that it is idle, until the next OnWatermark or
+// Write says otherwise.
+type IdleHandler interface {
+	OnIdle() error
+}
+
 // WatermarkHolder is implemented by operators that emit records behind
 // their input watermark: an outer interval join emits a record's padded
 // row, with the record's time, only once the watermark passed that time by

@@ -1028,5 +1028,12 @@ func (t *task) markIdle() error {
 		return nil
 	}
 	t.idle = true
+	for _, s := range t.stages {
+		if h, ok := s.sink.(IdleHandler); ok {
+			if err := h.OnIdle(); err != nil {
+				return fmt.Errorf("sink %q going idle: %w", s.node.ID, err)
+			}
+		}
+	}
 	return t.broadcast(&Control{Kind: ControlIdle})
 }

@@ -27,22 +27,30 @@ import (
 // markerHeader marks a watermark marker in a repartition topic.
 const markerHeader = "eddy-wm"
 
-// marker is a watermark marker: upstream task task is at watermark wm.
+// marker is a watermark marker: upstream task task is at watermark wm,
+// or idle (then wm is its last watermark).
 type marker struct {
 	task int32
 	wm   int64
+	idle bool
 }
 
+// encodeMarker encodes m: the task (int32), the watermark (int64), and a
+// byte that is 1 for an idle task.
 func encodeMarker(m marker) []byte {
-	b := binary.BigEndian.AppendUint32(make([]byte, 0, 12), uint32(m.task))
-	return binary.BigEndian.AppendUint64(b, uint64(m.wm))
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 13), uint32(m.task))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.wm))
+	if m.idle {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 func decodeMarker(b []byte) (marker, error) {
-	if len(b) != 12 {
+	if len(b) != 13 || b[12] > 1 {
 		return marker{}, fmt.Errorf("a watermark marker of %d bytes", len(b))
 	}
-	return marker{task: int32(binary.BigEndian.Uint32(b)), wm: int64(binary.BigEndian.Uint64(b[4:]))}, nil
+	return marker{task: int32(binary.BigEndian.Uint32(b)), wm: int64(binary.BigEndian.Uint64(b[4:])), idle: b[12] == 1}, nil
 }
 
 // isMarker tells a watermark marker from a record.
@@ -190,8 +198,10 @@ type exchangeReader struct {
 	cur     *exchangeBatch
 	stop    chan struct{}
 	wms     watermarks
-	// emitted is the last watermark Read returned.
+	// emitted is the last watermark Read returned; idle is set while it
+	// last said idle.
 	emitted int64
+	idle    bool
 }
 
 // exchangePartition is one partition the reader reads.
@@ -289,13 +299,20 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 			if err != nil {
 				return fmt.Errorf("exchange %s[%d] offset %d: %w", p.topic, p.part, m.Offset, err)
 			}
-			r.wms.observe(p.index, int(mk.task), mk.wm)
-			if wm := r.wms.current(); wm > r.emitted {
-				r.emitted = wm
-				b.Watermark, b.HasWatermark = wm, true
-				break
+			r.wms.observe(p.index, int(mk.task), mk.wm, mk.idle)
+			wm, idle := r.wms.current()
+			switch {
+			case idle && !r.idle:
+				r.idle = true
+				b.HasWatermark, b.Idle = true, true
+			case !idle && (wm > r.emitted || r.idle):
+				r.idle = false
+				r.emitted = max(r.emitted, wm)
+				b.Watermark, b.HasWatermark = r.emitted, true
+			default:
+				continue
 			}
-			continue
+			break
 		}
 		rec, err := decodeExchangeRecord(m.Value)
 		if err != nil {
@@ -327,16 +344,19 @@ func (r *exchangeReader) Close(context.Context) error {
 }
 
 // watermarks is the reader's view of its upstream tasks: the last
-// watermark of each upstream task in each partition.
+// watermark of each upstream task in each partition, and whether it said
+// it is idle.
 type watermarks struct {
-	// wm[partition][task]
-	wm [][]int64
+	// wm[partition][task], idle[partition][task]
+	wm   [][]int64
+	idle [][]bool
 }
 
 func newWatermarks(partitions, upstream int) watermarks {
-	w := watermarks{wm: make([][]int64, partitions)}
+	w := watermarks{wm: make([][]int64, partitions), idle: make([][]bool, partitions)}
 	for i := range w.wm {
 		w.wm[i] = make([]int64, upstream)
+		w.idle[i] = make([]bool, upstream)
 		for j := range w.wm[i] {
 			w.wm[i][j] = pipeline.MinWatermark
 		}
@@ -344,27 +364,33 @@ func newWatermarks(partitions, upstream int) watermarks {
 	return w
 }
 
-// observe records that upstream task is at wm in partition p; a marker
-// never moves a task back.
-func (w *watermarks) observe(p, task int, wm int64) {
+// observe records that upstream task is at wm in partition p, or idle; a
+// marker never moves a task's watermark back.
+func (w *watermarks) observe(p, task int, wm int64, idle bool) {
 	if task < 0 || task >= len(w.wm[p]) {
 		return
 	}
 	w.wm[p][task] = max(w.wm[p][task], wm)
+	w.idle[p][task] = idle
 }
 
 // current is the minimum over the partitions of the minimum over the
-// upstream tasks: MinWatermark until every task reported in every
-// partition.
-func (w *watermarks) current() int64 {
-	out := pipeline.MaxWatermark
-	for _, p := range w.wm {
-		for _, wm := range p {
-			out = min(out, wm)
+// upstream tasks that are not idle: MinWatermark until every task
+// reported in every partition. idle is true when every task is idle in
+// every partition.
+func (w *watermarks) current() (wm int64, idle bool) {
+	wm, active := pipeline.MaxWatermark, false
+	for p := range w.wm {
+		for task, t := range w.wm[p] {
+			if w.idle[p][task] {
+				continue
+			}
+			active = true
+			wm = min(wm, t)
 		}
 	}
-	if len(w.wm) == 0 {
-		return pipeline.MinWatermark
+	if !active {
+		return pipeline.MinWatermark, len(w.wm) > 0
 	}
-	return out
+	return wm, false
 }

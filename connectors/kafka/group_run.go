@@ -245,7 +245,9 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 	if gen.job != nil {
 		select {
 		case <-gen.jobDone:
-			if gen.jobErr != nil {
+			// A job that could not open because the generation ended
+			// meanwhile (a rebalance) did not fail.
+			if gen.jobErr != nil && !errors.Is(gen.jobErr, errGenerationEnded) {
 				g.fail(gen.jobErr)
 			}
 		default:
@@ -261,6 +263,10 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 	}
 	return nil
 }
+
+// errGenerationEnded is the error of a source that waited for its claims
+// while the generation ended.
+var errGenerationEnded = errors.New("the group's generation ended")
 
 // generation is one generation of the group in this process: its
 // assignment and claims, its job and the job's transactions.
@@ -330,7 +336,7 @@ func (gen *generation) awaitClaims(ctx context.Context, topics []string) ([]sara
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-gen.sess.Context().Done():
-		return nil, errors.New("the group's generation ended")
+		return nil, errGenerationEnded
 	}
 	gen.mu.Lock()
 	defer gen.mu.Unlock()

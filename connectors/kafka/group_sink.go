@@ -215,13 +215,16 @@ type exchangeWriter struct {
 	gate txnGate
 	keys keyer
 	enc  []byte
-	// wm is the task's watermark, as OnWatermark last said.
-	wm int64
+	// wm is the task's watermark, as OnWatermark last said; idle is set
+	// once the task went idle, until it writes or advances again.
+	wm   int64
+	idle bool
 }
 
 var (
 	_ pipeline.TwoPhaseCommitSink = (*exchangeWriter)(nil)
 	_ pipeline.WatermarkHandler   = (*exchangeWriter)(nil)
+	_ pipeline.IdleHandler        = (*exchangeWriter)(nil)
 )
 
 func (w *exchangeWriter) Open(_ context.Context, sc *pipeline.SinkContext) error {
@@ -233,6 +236,7 @@ func (w *exchangeWriter) Open(_ context.Context, sc *pipeline.SinkContext) error
 
 func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) error {
 	x := w.cfg.x
+	w.idle = w.idle && len(batch) == 0
 	for i := range batch {
 		r := &batch[i]
 		key, err := w.keys.key(r)
@@ -263,23 +267,31 @@ func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) err
 
 // OnWatermark keeps the task's watermark: the next barrier sends it.
 func (w *exchangeWriter) OnWatermark(wm int64, _ pipeline.Emitter) error {
-	w.wm = wm
+	w.wm, w.idle = wm, false
+	return nil
+}
+
+// OnIdle marks the task idle: the next barrier's markers say so, and the
+// readers leave it out of their watermark until it is active again.
+func (w *exchangeWriter) OnIdle() error {
+	w.idle = true
 	return nil
 }
 
 func (w *exchangeWriter) Flush(context.Context) error { return w.gate.out.failure() }
 
 // PreCommit sends the watermark markers of the writer's tasks into every
-// partition, the last records of checkpoint id, and holds what follows.
+// partition (their watermark, or that they are idle), the last records of
+// checkpoint id, and holds what follows.
 func (w *exchangeWriter) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	if w.wm != pipeline.MinWatermark {
+	if w.wm != pipeline.MinWatermark || w.idle {
 		for _, task := range w.cfg.tasks {
 			for p := range w.cfg.partitions {
 				msg := w.gate.out.newMessage()
 				msg.Topic = w.cfg.x.Topic.Name
 				msg.Partition = int32(p)
 				msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(markerHeader)})
-				msg.Value = sarama.ByteEncoder(encodeMarker(marker{task: task, wm: w.wm}))
+				msg.Value = sarama.ByteEncoder(encodeMarker(marker{task: task, wm: w.wm, idle: w.idle}))
 				if err := w.gate.send(ctx, msg); err != nil {
 					return nil, err
 				}
