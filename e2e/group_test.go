@@ -5,10 +5,15 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,8 +129,26 @@ func withoutKey(lines []string, key string) []string {
 // groupProcess is a running `eddy run` of a group file.
 type groupProcess struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
+}
+
+// lockedBuffer is a buffer the process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startGroupProcess starts eddy run of file with env and its own state
@@ -137,7 +160,7 @@ func startGroupProcess(t *testing.T, file, stateDir string, env map[string]strin
 		e[k] = v
 	}
 	c := eddyCommand(context.Background(), t.TempDir(), e, "run", file)
-	p := &groupProcess{cmd: c, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &groupProcess{cmd: c, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	c.Stderr = p.stderr
 	require.NoError(t, c.Start())
 	go func() { p.done <- c.Wait() }()
@@ -223,11 +246,61 @@ func TestGroupOneProcess(t *testing.T) {
 	g := newGroupTest(t, "one")
 	g.produce(t, g.input)
 	want := g.reference(t)
-	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), g.env)
+	env := map[string]string{"EDDY_ADMIN_ADDR": "127.0.0.1:0"}
+	maps.Copy(env, g.env)
+	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), env)
 	awaitCommitted(t, g.brokers, g.out, len(want), p)
+	checkGroupStatus(t, p, g)
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
 	t.Logf("%d windows; group process log:\n%s", len(want), lastLines(p.stderr.String(), 12))
 	requireSameLines(t, want, g.committed(t), "group output vs the one-process run")
+}
+
+// checkGroupStatus checks what the status API and /metrics of the only
+// process of a group say: its generation, that it reads every partition
+// of the input and of the exchange, and that its restore is done.
+func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
+	t.Helper()
+	var addr string
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		var e struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "admin endpoint listening" {
+			addr = e.Addr
+		}
+	}
+	require.NotEmpty(t, addr, "the admin endpoint's address is logged")
+	resp, err := http.Get("http://" + addr + "/api/status")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var st struct {
+		Group struct {
+			ID         string             `json:"id"`
+			Process    string             `json:"process"`
+			Generation int32              `json:"generation"`
+			Assigned   map[string][]int32 `json:"assigned"`
+			Restore    struct {
+				Done       bool `json:"done"`
+				Partitions int  `json:"partitions"`
+			} `json:"restore"`
+		} `json:"group"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	require.Equal(t, g.env["GROUP_ID"], st.Group.ID)
+	require.NotEmpty(t, st.Group.Process)
+	require.Positive(t, st.Group.Generation)
+	require.Equal(t, []int32{0, 1, 2}, st.Group.Assigned[g.in], "the only member reads every input partition")
+	require.Len(t, st.Group.Assigned[g.env["GROUP_ID"]+"-per_key-repartition"], 8, "and every partition of the exchange (max_parallelism)")
+	require.True(t, st.Group.Restore.Done)
+	require.Equal(t, 8, st.Group.Restore.Partitions, "the changelog partitions of its key groups")
+
+	resp, err = http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(b), fmt.Sprintf("eddy_group_assigned_partitions{topic=%q} 3", g.in))
+	require.Contains(t, string(b), fmt.Sprintf("eddy_group_generation %d", st.Group.Generation))
+	require.Regexp(t, `eddy_source_pending_records\{id="events",subtask="0"\} \d`, string(b), "the lag of the process's source task")
 }
 
 // TestGroupRestart: a group process SIGKILLed mid-run, while part of

@@ -77,6 +77,8 @@ type GroupRun struct {
 	// started and ended, if set, are told of each generation's job.
 	started func(*Job)
 	ended   func(*Job, error)
+	// report, if set, keeps what the run reports (group_run_status.go).
+	report *groupReport
 }
 
 // Exchange node ids: the reader source and the writer sink of an exchange
@@ -246,7 +248,11 @@ func (r *Runner) runGroup(ctx context.Context) error {
 	if stopped {
 		cancel()
 	}
-	run := &GroupRun{Plan: gp, Logger: r.logger, Metrics: r.metrics, StateDir: r.opts.StateDir, ProcessID: pid,
+	report := newGroupReport(r.metrics, gp.Group.ID, pid)
+	r.mu.Lock()
+	r.group = report
+	r.mu.Unlock()
+	run := &GroupRun{Plan: gp, Logger: r.logger, Metrics: r.metrics, StateDir: r.opts.StateDir, ProcessID: pid, report: report,
 		started: func(j *Job) {
 			r.started(ctx, j)
 			if r.opts.OnStart != nil {

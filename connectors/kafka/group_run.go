@@ -192,6 +192,7 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	gen := newGeneration(g, sess)
 	g.gen = gen
 	g.logger.Info("group generation", "generation", sess.GenerationID(), "member", sess.MemberID(), "assigned", gen.describe())
+	g.run.Generation(pipeline.GroupGenerationInfo{Member: sess.MemberID(), Generation: sess.GenerationID(), Assigned: gen.assigned})
 	restore, err := gen.readChangelogs(sess.Context())
 	if err != nil {
 		return g.fail(err)

@@ -262,6 +262,8 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 			}
 		}
 	}
+	g.run.RestoreStarted(len(tps))
+	defer g.run.RestoreDone()
 	if len(tps) == 0 {
 		return r, nil
 	}
@@ -291,7 +293,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 				results <- result{tp: tp}
 				return
 			}
-			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp])
+			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp], g.run.RestoreRead)
 			results <- result{tp, last, n, err}
 		}()
 	}
@@ -354,7 +356,7 @@ const quietProbe = 200 * time.Millisecond
 // group (nil: a tombstone) and the number of records read. Offsets that
 // the consumer never hands out (transaction markers, aborted records) at
 // the end are found with a probe once the partition is quiet.
-func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64) (map[int][]byte, int, error) {
+func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64, read func(int)) (map[int][]byte, int, error) {
 	pc, err := consumer.ConsumePartition(tp.topic, tp.partition, sarama.OffsetOldest)
 	if err != nil {
 		return nil, 0, err
@@ -362,6 +364,7 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 	defer func() { _ = pc.Close() }()
 	last := map[int][]byte{}
 	n := 0
+	defer func() { read(n % 1024) }()
 	next := int64(0)
 	quiet := time.NewTimer(quietProbe)
 	defer quiet.Stop()
@@ -379,6 +382,9 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 			}
 			last[int(binary.BigEndian.Uint32(m.Key))] = m.Value
 			n++
+			if n%1024 == 0 {
+				read(1024)
+			}
 			quiet.Reset(quietProbe)
 		case e := <-pc.Errors():
 			return nil, 0, e.Err
