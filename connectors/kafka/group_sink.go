@@ -137,15 +137,41 @@ func (s *groupSink) Open(_ context.Context, sc *pipeline.SinkContext) error {
 	if in.cfg.TopicExpr.IsSet() {
 		return in.errorf("topic_expr is not supported in group mode yet: set topic")
 	}
+	if in.cfg.CreateTopic != nil {
+		if err := s.createTopic(); err != nil {
+			return err
+		}
+	}
 	parts, err := s.gen.g.client.Partitions(in.cfg.Topic)
 	if err != nil {
-		return in.errorf("partitions of topic %s (it must exist in the group's cluster): %w", in.cfg.Topic, err)
+		return in.errorf("partitions of topic %s (it must exist in the group's cluster, or give create_topic): %w", in.cfg.Topic, err)
 	}
 	s.partitions = int32(len(parts))
 	in.last = in.cfg.Topic
 	s.gate.out = s.gen.g.out
 	s.part = in.cfg.partitioner()(in.cfg.Topic)
 	return nil
+}
+
+// createTopic creates the sink's topic (create_topic) in the group's
+// cluster when it does not exist, as the kafka sink does.
+func (s *groupSink) createTopic() error {
+	in := s.inner
+	cl, err := s.gen.g.cfg.newClient(s.gen.g.client.Config())
+	if err != nil {
+		return in.errorf("%w", err)
+	}
+	admin, err := sarama.NewClusterAdminFromClient(cl)
+	if err != nil {
+		_ = cl.Close()
+		return in.errorf("connect to the cluster's controller: %w", err)
+	}
+	in.client, in.admin = cl, admin
+	defer func() {
+		_ = admin.Close()
+		in.client, in.admin = nil, nil
+	}()
+	return in.ensureTopic(in.cfg.Topic)
 }
 
 func (s *groupSink) Write(ctx context.Context, batch []pipeline.Record) error {
