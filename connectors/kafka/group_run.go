@@ -284,9 +284,9 @@ type generation struct {
 
 	restore *changelogRestore
 	// live is, per stateful step, the key groups whose changelog holds a
-	// blob (restored or written): a key group that has none at the next
-	// checkpoint gets a tombstone.
-	live map[string]map[int]bool
+	// blob (restored or written), and in how many pieces: the pieces a key
+	// group no longer has at the next checkpoint get tombstones.
+	live map[string]map[int]int
 
 	job     *pipeline.Job
 	jobDone chan struct{}
@@ -297,7 +297,7 @@ var _ pipeline.GroupGeneration = (*generation)(nil)
 
 func newGeneration(g *groupRun, sess sarama.ConsumerGroupSession) *generation {
 	gen := &generation{g: g, sess: sess, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
-		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]bool{}}
+		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]int{}}
 	for _, ps := range gen.assigned {
 		slices.Sort(ps)
 	}
