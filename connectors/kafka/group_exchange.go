@@ -202,6 +202,9 @@ type exchangeReader struct {
 	// last said idle.
 	emitted int64
 	idle    bool
+	// restored is set while the watermark restored at Open has not been
+	// returned by Read yet.
+	restored bool
 }
 
 // exchangePartition is one partition the reader reads.
@@ -229,13 +232,13 @@ func (r *exchangeReader) Open(ctx context.Context, sc *pipeline.SourceContext) e
 	r.stop = make(chan struct{})
 	r.emitted = pipeline.MinWatermark
 	r.wms = newWatermarks(len(claims), r.cfg.upstream)
-	var entries []PositionEntry
 	for i, c := range claims {
-		p := &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0)}
-		r.parts = append(r.parts, p)
-		entries = append(entries, PositionEntry{Topic: topic, Partition: p.part, Next: p.next, Stop: noStop})
+		r.parts = append(r.parts, &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0)})
 	}
-	sc.Position = EncodePosition(entries)
+	if err := r.restoreWatermarks(); err != nil {
+		return fmt.Errorf("exchange %s: %w", topic, err)
+	}
+	sc.Position = r.position()
 	for i, c := range claims {
 		go r.pump(r.parts[i], c)
 	}
@@ -280,6 +283,13 @@ func (r *exchangeReader) pump(p *exchangePartition, c sarama.ConsumerGroupClaim)
 // Read returns the records of one partition up to a marker that raises
 // the reader's watermark (then b.Watermark), or to the end of the batch.
 func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error {
+	if r.restored {
+		// Before any record: what was late before the restore is late.
+		r.restored = false
+		b.Watermark, b.HasWatermark = r.emitted, true
+		b.Position = r.position()
+		return nil
+	}
 	if r.cur == nil {
 		select {
 		case r.cur = <-r.batches:
@@ -327,13 +337,47 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 	return nil
 }
 
-// position encodes the next offset of every partition.
+// position encodes the next offset of every partition and the last
+// watermark of each upstream task in it.
 func (r *exchangeReader) position() []byte {
 	entries := make([]PositionEntry, len(r.parts))
 	for i, p := range r.parts {
 		entries[i] = PositionEntry{Topic: p.topic, Partition: p.part, Next: p.next, Stop: noStop}
 	}
-	return EncodePosition(entries)
+	return encodeExchangePosition(EncodePosition(entries), r.wms.wm)
+}
+
+// restoreWatermarks seeds the upstream tasks' watermarks of each
+// partition from the metadata of its committed offset: the reader goes
+// on where the previous reader of the partition was.
+func (r *exchangeReader) restoreWatermarks() error {
+	g := r.cfg.gen.g
+	tps := make([]topicPartition, len(r.parts))
+	for i, p := range r.parts {
+		tps[i] = topicPartition{p.topic, p.part}
+	}
+	if len(tps) == 0 {
+		return nil
+	}
+	blocks, err := fetchCommittedBlocks(g.client, g.run.Plan.Group.ID, tps)
+	if err != nil {
+		return fmt.Errorf("the watermarks of the committed offsets: %w", err)
+	}
+	for i, tp := range tps {
+		blk := blocks[tp]
+		if blk == nil {
+			continue
+		}
+		if wms, ok := parseWMListMetadata(blk.Metadata, r.cfg.upstream); ok {
+			for task, wm := range wms {
+				r.wms.observe(i, task, wm, false)
+			}
+		}
+	}
+	if wm, idle := r.wms.current(); !idle && wm != pipeline.MinWatermark {
+		r.emitted, r.restored = wm, true
+	}
+	return nil
 }
 
 func (r *exchangeReader) Close(context.Context) error {

@@ -181,3 +181,39 @@ func TestChangelogChunks(t *testing.T) {
 	_, _, err = joinChunks(map[chunkKey][]byte{{5, 0}: piece(3, "a"), {5, 1}: piece(3, "b")})
 	require.ErrorContains(t, err, "key group 5: piece 2 of 3 is missing")
 }
+
+// TestGroupPositions: the positions of group sources and exchange readers
+// give the offsets to commit and the metadata that carries event time to
+// the partition's next reader.
+func TestGroupPositions(t *testing.T) {
+	entries := []PositionEntry{{Topic: "t", Partition: 0, Next: 5, Stop: noStop}, {Topic: "t", Partition: 3, Next: 9, Stop: noStop}}
+	pos := EncodePosition(entries)
+
+	got, meta, err := decodeGroupPosition(encodeGroupPosition(pos, []int64{1234, pipeline.MinWatermark}))
+	require.NoError(t, err)
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"eddy-ts:1234", ""}, meta)
+	ts, ok := parseTimeMetadata(meta[0])
+	require.True(t, ok)
+	require.Equal(t, int64(1234), ts)
+
+	wms := [][]int64{{10, pipeline.MinWatermark, 30}, {40, 50, 60}}
+	got, meta, err = decodeGroupPosition(encodeExchangePosition(pos, wms))
+	require.NoError(t, err)
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"eddy-wm:10,,30", "eddy-wm:40,50,60"}, meta)
+	for i := range wms {
+		back, ok := parseWMListMetadata(meta[i], 3)
+		require.True(t, ok)
+		require.Equal(t, wms[i], back)
+	}
+	_, ok = parseWMListMetadata(meta[0], 2)
+	require.False(t, ok, "another number of upstream tasks: no watermarks to restore")
+
+	got, meta, err = decodeGroupPosition(pos)
+	require.NoError(t, err, "a kafka source position")
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"", ""}, meta)
+	_, _, err = decodeGroupPosition(encodeExchangePosition(pos, wms)[:len(pos)+4])
+	require.Error(t, err)
+}

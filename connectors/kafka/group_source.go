@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,30 +164,122 @@ func encodeGroupPosition(pos []byte, times []int64) []byte {
 	return b
 }
 
-// decodeGroupPosition decodes a group source's position, or a kafka
-// source position (an exchange reader's: times nil).
-func decodeGroupPosition(b []byte) (entries []PositionEntry, times []int64, err error) {
-	if len(b) == 0 || b[0] != groupPositionVersion {
-		entries, err = DecodePosition(b)
-		return entries, nil, err
+// exchangePositionVersion starts the position of an exchange reader: a
+// kafka source position, the number of upstream tasks, then the last
+// watermark of each upstream task in each of its entries.
+const exchangePositionVersion = groupPositionVersion + 1
+
+// encodeExchangePosition appends wms (per entry of the kafka position pos,
+// per upstream task) to pos.
+func encodeExchangePosition(pos []byte, wms [][]int64) []byte {
+	tasks := 0
+	if len(wms) > 0 {
+		tasks = len(wms[0])
 	}
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(pos)+8*len(wms)*tasks)
+	b = append(b, exchangePositionVersion)
+	b = binary.AppendUvarint(b, uint64(len(pos)))
+	b = append(b, pos...)
+	b = binary.AppendUvarint(b, uint64(tasks))
+	for _, e := range wms {
+		for _, wm := range e {
+			b = binary.BigEndian.AppendUint64(b, uint64(wm))
+		}
+	}
+	return b
+}
+
+// decodeGroupPosition decodes the position of a group source or of an
+// exchange reader (or a kafka source's), and returns with its entries the
+// metadata each entry's committed offset carries: the partition's
+// largest event time (group source) or its upstream tasks' watermarks
+// (exchange reader); "" for none.
+func decodeGroupPosition(b []byte) (entries []PositionEntry, meta []string, err error) {
+	if len(b) == 0 || (b[0] != groupPositionVersion && b[0] != exchangePositionVersion) {
+		entries, err = DecodePosition(b)
+		return entries, make([]string, len(entries)), err
+	}
+	corrupt := errors.New("group position is corrupt")
 	n, k := binary.Uvarint(b[1:])
 	if k <= 0 || n > uint64(len(b)-1-k) {
-		return nil, nil, errors.New("group source position is corrupt")
+		return nil, nil, corrupt
 	}
 	rest := b[1+k:]
 	if entries, err = DecodePosition(rest[:n]); err != nil {
 		return nil, nil, err
 	}
 	rest = rest[n:]
-	if len(rest) != 8*len(entries) {
-		return nil, nil, errors.New("group source position is corrupt: event times")
+	meta = make([]string, len(entries))
+	if b[0] == groupPositionVersion {
+		if len(rest) != 8*len(entries) {
+			return nil, nil, corrupt
+		}
+		for i := range entries {
+			if ts := int64(binary.BigEndian.Uint64(rest[8*i:])); ts != pipeline.MinWatermark {
+				meta[i] = timeMetadataPrefix + strconv.FormatInt(ts, 10)
+			}
+		}
+		return entries, meta, nil
 	}
-	times = make([]int64, len(entries))
-	for i := range times {
-		times[i] = int64(binary.BigEndian.Uint64(rest[8*i:]))
+	tasks, k := binary.Uvarint(rest)
+	if k <= 0 || uint64(len(rest)-k) != 8*tasks*uint64(len(entries)) {
+		return nil, nil, corrupt
 	}
-	return entries, times, nil
+	rest = rest[k:]
+	for i := range entries {
+		wms := make([]int64, tasks)
+		for j := range wms {
+			wms[j] = int64(binary.BigEndian.Uint64(rest[8*(i*int(tasks)+j):]))
+		}
+		meta[i] = wmListMetadata(wms)
+	}
+	return entries, meta, nil
+}
+
+// wmListMetadataPrefix starts the metadata of a committed offset of an
+// exchange's partition: the last watermark of each upstream task, comma
+// separated (empty: none yet), so that the next reader of the partition
+// starts where this one was and decides lateness as one process would.
+const wmListMetadataPrefix = "eddy-wm:"
+
+func wmListMetadata(wms []int64) string {
+	var sb strings.Builder
+	sb.WriteString(wmListMetadataPrefix)
+	for j, wm := range wms {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		if wm != pipeline.MinWatermark {
+			sb.WriteString(strconv.FormatInt(wm, 10))
+		}
+	}
+	return sb.String()
+}
+
+// parseWMListMetadata returns the watermarks of tasks upstream tasks from
+// a committed offset's metadata, or false.
+func parseWMListMetadata(m string, tasks int) ([]int64, bool) {
+	rest, ok := strings.CutPrefix(m, wmListMetadataPrefix)
+	if !ok {
+		return nil, false
+	}
+	parts := strings.Split(rest, ",")
+	if len(parts) != tasks {
+		return nil, false // the upstream stage has another number of tasks now
+	}
+	out := make([]int64, tasks)
+	for j, p := range parts {
+		out[j] = pipeline.MinWatermark
+		if p == "" {
+			continue
+		}
+		wm, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		out[j] = wm
+	}
+	return out, true
 }
 
 // CheckpointComplete does nothing: in group mode the transactions commit

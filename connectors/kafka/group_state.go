@@ -35,7 +35,7 @@ type txnStore struct{ gen *generation }
 // Begin starts collecting checkpoint id; the transaction is open already
 // (the records written since the last commit are in it).
 func (s *txnStore) Begin(id int64, _ checkpoint.Meta) (checkpoint.Writer, error) {
-	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}, times: map[topicPartition]int64{}}, nil
+	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}, meta: map[topicPartition]string{}}, nil
 }
 
 // txnWriter collects a checkpoint's parts: the sources' positions become
@@ -46,21 +46,23 @@ type txnWriter struct {
 
 	mu      sync.Mutex
 	offsets map[topicPartition]int64
-	// times is the largest event time a source delivered from each
-	// partition (group sources): the offset's metadata carries it.
-	times map[topicPartition]int64
+	// meta is the metadata of each partition's offset: the largest event
+	// time a group source read from it, or an exchange reader's upstream
+	// watermarks (decodeGroupPosition).
+	meta map[topicPartition]string
 }
 
 // Put takes a source's position (src/<id>/<subtask>): the transaction
-// commits its offsets, with each partition's largest event time in the
-// metadata (group sources). The other small parts (watermarks, sink
+// commits its offsets, with each partition's largest event time (group
+// sources) or upstream watermarks (exchange readers) in the metadata. The
+// other small parts (watermarks, sink
 // committables) need no storage in group mode: a source's watermark
 // comes back from the event times of its partitions.
 func (w *txnWriter) Put(part string, blob []byte) error {
 	if !strings.HasPrefix(part, "src/") || len(blob) == 0 {
 		return nil
 	}
-	entries, times, err := decodeGroupPosition(blob)
+	entries, meta, err := decodeGroupPosition(blob)
 	if err != nil {
 		return fmt.Errorf("checkpoint %d: %s: %w", w.id, part, err)
 	}
@@ -69,8 +71,8 @@ func (w *txnWriter) Put(part string, blob []byte) error {
 	for i, e := range entries {
 		tp := topicPartition{e.Topic, e.Partition}
 		w.offsets[tp] = e.Next
-		if times != nil && times[i] != pipeline.MinWatermark {
-			w.times[tp] = times[i]
+		if meta[i] != "" {
+			w.meta[tp] = meta[i]
 		}
 	}
 	return nil
@@ -81,11 +83,6 @@ func (w *txnWriter) Put(part string, blob []byte) error {
 // process that reads the partition next starts its watermark there, so a
 // partition with nothing more to read does not hold the watermark back.
 const timeMetadataPrefix = "eddy-ts:"
-
-func timeMetadata(ts int64) *string {
-	s := timeMetadataPrefix + strconv.FormatInt(ts, 10)
-	return &s
-}
 
 // parseTimeMetadata returns the event time of a committed offset's
 // metadata.
@@ -127,8 +124,8 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	w.mu.Lock()
 	for tp, next := range w.offsets {
 		om := &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next}
-		if ts, ok := w.times[tp]; ok {
-			om.Metadata = timeMetadata(ts)
+		if m, ok := w.meta[tp]; ok {
+			om.Metadata = &m
 		}
 		offsets[tp.topic] = append(offsets[tp.topic], om)
 	}
