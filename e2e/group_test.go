@@ -383,6 +383,34 @@ func TestGroupScale(t *testing.T) {
 	requireSameLines(t, want, g.committed(t), "output of a group scaled 1 -> 3 -> 2 vs the one-process run")
 }
 
+// TestGroupKillOneOfThree: of three processes, one is SIGKILLed while
+// its windows are mid-way and not started again: the other two take over
+// its partitions once the group drops it, restore its key groups' state
+// from the changelogs, and the output is exactly the one-process result.
+// (Its open transaction holds read_committed readers of its partitions
+// until the broker aborts it, at the transaction timeout.)
+func TestGroupKillOneOfThree(t *testing.T) {
+	g := newGroupTest(t, "killone")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	half := len(g.input) / 2
+	g.produce(t, g.input[:half])
+	var procs []*groupProcess
+	for range 3 {
+		procs = append(procs, startGroupProcess(t, file, t.TempDir(), g.env))
+	}
+	awaitCommitted(t, g.brokers, g.out, 100, procs...)
+	require.Equal(t, -1, procs[0].stop(t, syscall.SIGKILL), "SIGKILL")
+	procs = procs[1:]
+	g.produce(t, g.input[half:])
+	want := g.reference(t)
+	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	}
+	t.Logf("a remaining process:\n%s", grepLines(procs[0].stderr.String(), "group generation", "restored keyed state"))
+	requireSameLines(t, want, g.committed(t), "output of three group processes, one killed, vs the one-process run")
+}
+
 // lastLines returns the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
