@@ -411,6 +411,33 @@ func TestGroupKillOneOfThree(t *testing.T) {
 	requireSameLines(t, want, g.committed(t), "output of three group processes, one killed, vs the one-process run")
 }
 
+// TestGroupZombie: a process paused (SIGSTOP) past its session timeout
+// while its windows are mid-way is dropped from the group; the other
+// takes its partitions over. Resumed (SIGCONT), the zombie's open
+// transaction cannot commit: its offsets carry an old generation
+// (KIP-447), so nothing it wrote becomes visible, and the output is
+// exactly the one-process result.
+func TestGroupZombie(t *testing.T) {
+	g := newGroupTest(t, "zombie")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	half := len(g.input) / 2
+	g.produce(t, g.input[:half])
+	zombie := startGroupProcess(t, file, t.TempDir(), g.env)
+	other := startGroupProcess(t, file, t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, 100, zombie, other)
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
+	g.produce(t, g.input[half:])
+	want := g.reference(t)
+	awaitCommitted(t, g.brokers, g.out, len(want), other)
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
+	// The zombie finds out: its commit is refused and it leaves, or it
+	// rejoins; either way what it writes is not committed.
+	code := zombie.stop(t, syscall.SIGTERM)
+	require.Equal(t, 0, other.stop(t, syscall.SIGTERM), other.stderr.String())
+	t.Logf("zombie exit %d; its log:\n%s", code, grepLines(zombie.stderr.String(), "group generation", "ERROR", "WARN"))
+	requireSameLines(t, want, g.committed(t), "output with a zombie vs the one-process run")
+}
+
 // lastLines returns the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
