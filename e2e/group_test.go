@@ -430,12 +430,37 @@ func TestGroupZombie(t *testing.T) {
 	want := g.reference(t)
 	awaitCommitted(t, g.brokers, g.out, len(want), other)
 	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
-	// The zombie finds out: its commit is refused and it leaves, or it
-	// rejoins; either way what it writes is not committed.
-	code := zombie.stop(t, syscall.SIGTERM)
+	// The zombie finds out that its commit is refused, and takes part in
+	// a later generation as a new member (the rebalance ends its
+	// generation, or its failed job does and the file's restart strategy
+	// joins again).
+	awaitLog(t, zombie, func(log string) bool {
+		_, after, ok := strings.Cut(log, "The provided member is not known in the current generation")
+		return ok && strings.Contains(after, `"msg":"group generation"`)
+	})
+	require.Equal(t, 0, zombie.stop(t, syscall.SIGTERM), zombie.stderr.String())
 	require.Equal(t, 0, other.stop(t, syscall.SIGTERM), other.stderr.String())
-	t.Logf("zombie exit %d; its log:\n%s", code, grepLines(zombie.stderr.String(), "group generation", "ERROR", "WARN"))
+	t.Logf("zombie's log:\n%s", grepLines(zombie.stderr.String(), "group generation", "ERROR", "WARN"))
 	requireSameLines(t, want, g.committed(t), "output with a zombie vs the one-process run")
+}
+
+// awaitLog waits until the process's log satisfies ok, failing the test
+// if the process ends first.
+func awaitLog(t *testing.T, p *groupProcess, ok func(string) bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(runTimeout)
+	for !ok(p.stderr.String()) {
+		select {
+		case <-tick.C:
+		case err := <-p.done:
+			p.done <- err
+			require.FailNow(t, "the process ended", "%v\n%s", err, p.stderr.String())
+		case <-deadline:
+			require.FailNow(t, "the log never showed what the test waits for", p.stderr.String())
+		}
+	}
 }
 
 // lastLines returns the last n lines of s.
