@@ -330,10 +330,8 @@ func TestGroupRestart(t *testing.T) {
 	g.produce(t, g.input[2*third:])
 	want := g.reference(t)
 	p := startGroupProcess(t, file, state, g.env)
-	awaitCommitted(t, g.brokers, g.out, len(want), p)
-	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	g.finish(t, want, "group output after SIGKILLs and restarts vs the one-process run", p)
 	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
-	requireSameLines(t, want, g.committed(t), "group output after SIGKILLs and restarts vs the one-process run")
 }
 
 // TestGroupThreeProcesses: three processes of the same file share the
@@ -348,11 +346,7 @@ func TestGroupThreeProcesses(t *testing.T) {
 	for range 3 {
 		procs = append(procs, startGroupProcess(t, file, t.TempDir(), g.env))
 	}
-	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
-	for _, p := range procs {
-		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
-	}
-	requireSameLines(t, want, g.committed(t), "output of three group processes vs the one-process run")
+	g.finish(t, want, "output of three group processes vs the one-process run", procs...)
 }
 
 // TestGroupScale: the group grows from one process to three while the
@@ -375,12 +369,8 @@ func TestGroupScale(t *testing.T) {
 	procs = procs[1:]
 	g.produce(t, g.input[2*third:])
 	want := g.reference(t)
-	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
-	for _, p := range procs {
-		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
-	}
+	g.finish(t, want, "output of a group scaled 1 -> 3 -> 2 vs the one-process run", procs...)
 	t.Logf("%d windows; a remaining process's log:\n%s", len(want), grepLines(procs[0].stderr.String(), "restored keyed state", "group generation"))
-	requireSameLines(t, want, g.committed(t), "output of a group scaled 1 -> 3 -> 2 vs the one-process run")
 }
 
 // TestGroupKillOneOfThree: of three processes, one is SIGKILLed while
@@ -403,12 +393,8 @@ func TestGroupKillOneOfThree(t *testing.T) {
 	procs = procs[1:]
 	g.produce(t, g.input[half:])
 	want := g.reference(t)
-	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
-	for _, p := range procs {
-		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
-	}
+	g.finish(t, want, "output of three group processes, one killed, vs the one-process run", procs...)
 	t.Logf("a remaining process:\n%s", grepLines(procs[0].stderr.String(), "group generation", "restored keyed state"))
-	requireSameLines(t, want, g.committed(t), "output of three group processes, one killed, vs the one-process run")
 }
 
 // TestGroupZombie: a process paused (SIGSTOP) past its session timeout
@@ -442,6 +428,18 @@ func TestGroupZombie(t *testing.T) {
 	require.Equal(t, 0, other.stop(t, syscall.SIGTERM), other.stderr.String())
 	t.Logf("zombie's log:\n%s", grepLines(zombie.stderr.String(), "group generation", "ERROR", "WARN"))
 	requireSameLines(t, want, g.committed(t), "output with a zombie vs the one-process run")
+}
+
+// finish waits until the group committed as many windows as want has,
+// stops the processes with SIGTERM (each exits 0) and checks the
+// committed output equals want.
+func (g *groupTest) finish(t *testing.T, want []string, what string, procs ...*groupProcess) {
+	t.Helper()
+	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	}
+	requireSameLines(t, want, g.committed(t), what)
 }
 
 // awaitLog waits until the process's log satisfies ok, failing the test
