@@ -301,6 +301,8 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 	require.Contains(t, string(b), fmt.Sprintf("eddy_group_assigned_partitions{topic=%q} 3", g.in))
 	require.Contains(t, string(b), fmt.Sprintf("eddy_group_generation %d", st.Group.Generation))
 	require.Regexp(t, `eddy_source_pending_records\{id="events",subtask="0"\} \d`, string(b), "the lag of the process's source task")
+	require.Regexp(t, fmt.Sprintf(`eddy_source_pending_records\{id="from:%s-per_key-repartition",subtask="0"\} \d`, g.env["GROUP_ID"]), string(b),
+		"the lag of the process's reader of the exchange")
 }
 
 // TestGroupRestart: a group process SIGKILLed mid-run, while part of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -205,6 +206,9 @@ type exchangeReader struct {
 	// restored is set while the watermark restored at Open has not been
 	// returned by Read yet.
 	restored bool
+	// pending is the reader's lag: the records of its partitions up to
+	// their high watermarks that it has not read (nil without metrics).
+	pending prometheus.Gauge
 }
 
 // exchangePartition is one partition the reader reads.
@@ -213,6 +217,7 @@ type exchangePartition struct {
 	topic string
 	part  int32
 	next  int64
+	claim sarama.ConsumerGroupClaim
 }
 
 // exchangeBatch is a run of messages of one partition.
@@ -228,12 +233,15 @@ func (r *exchangeReader) Open(ctx context.Context, sc *pipeline.SourceContext) e
 	if err != nil {
 		return fmt.Errorf("exchange %s: %w", topic, err)
 	}
+	if sc.Metrics != nil {
+		r.pending = sc.Metrics.SourcePending(sc.SubtaskInfo)
+	}
 	r.batches = make(chan *exchangeBatch, 16)
 	r.stop = make(chan struct{})
 	r.emitted = pipeline.MinWatermark
 	r.wms = newWatermarks(len(claims), r.cfg.upstream)
 	for i, c := range claims {
-		r.parts = append(r.parts, &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0)})
+		r.parts = append(r.parts, &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0), claim: c})
 	}
 	if err := r.restoreWatermarks(); err != nil {
 		return fmt.Errorf("exchange %s: %w", topic, err)
@@ -334,6 +342,13 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 		r.cur = nil
 	}
 	b.Position = r.position()
+	if r.pending != nil {
+		var lag int64
+		for _, p := range r.parts {
+			lag += max(0, p.claim.HighWaterMarkOffset()-p.next)
+		}
+		r.pending.Set(float64(lag))
+	}
 	return nil
 }
 
