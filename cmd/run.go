@@ -162,7 +162,7 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		OnRunning: svc.jobRunning,
 		OnStart: func(attempt int) {
 			svc.jobStarted(attempt)
-			if attempt == 1 {
+			if attempt == 1 && spec.Group == nil {
 				go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
 			}
 			if admin != nil {
@@ -185,6 +185,11 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 		return reported(exitFailure)
 	}
 	svc.watch(r)
+	if spec.Group != nil {
+		// A group run may wait for partitions before its first job: it
+		// leaves the group on a signal from the start.
+		go handleSignals(c.Context(), logger, r, spec, spDir, sigs, ran)
+	}
 	if adminEnabled(adminSet.addr) {
 		admin, err = startAdmin(logger, adminSet, r, metrics, spec, spDir)
 		if err != nil {

@@ -5,10 +5,15 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,8 +129,26 @@ func withoutKey(lines []string, key string) []string {
 // groupProcess is a running `eddy run` of a group file.
 type groupProcess struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
+}
+
+// lockedBuffer is a buffer the process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startGroupProcess starts eddy run of file with env and its own state
@@ -137,7 +160,7 @@ func startGroupProcess(t *testing.T, file, stateDir string, env map[string]strin
 		e[k] = v
 	}
 	c := eddyCommand(context.Background(), t.TempDir(), e, "run", file)
-	p := &groupProcess{cmd: c, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &groupProcess{cmd: c, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	c.Stderr = p.stderr
 	require.NoError(t, c.Start())
 	go func() { p.done <- c.Wait() }()
@@ -200,7 +223,11 @@ func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupP
 				got++
 			}
 		case <-deadline:
-			require.FailNow(t, "the group's output is incomplete", "%d of %d records committed", got, n)
+			var logs []string
+			for i, p := range procs {
+				logs = append(logs, fmt.Sprintf("process %d:\n%s", i, lastLines(grepLines(p.stderr.String(), "WARN", "ERROR", "group generation", "restored"), 20)))
+			}
+			require.FailNow(t, "the group's output is incomplete", "%d of %d records committed\n%s", got, n, strings.Join(logs, "\n"))
 		}
 		for _, p := range procs {
 			select {
@@ -219,11 +246,63 @@ func TestGroupOneProcess(t *testing.T) {
 	g := newGroupTest(t, "one")
 	g.produce(t, g.input)
 	want := g.reference(t)
-	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), g.env)
+	env := map[string]string{"EDDY_ADMIN_ADDR": "127.0.0.1:0"}
+	maps.Copy(env, g.env)
+	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), env)
 	awaitCommitted(t, g.brokers, g.out, len(want), p)
+	checkGroupStatus(t, p, g)
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
 	t.Logf("%d windows; group process log:\n%s", len(want), lastLines(p.stderr.String(), 12))
 	requireSameLines(t, want, g.committed(t), "group output vs the one-process run")
+}
+
+// checkGroupStatus checks what the status API and /metrics of the only
+// process of a group say: its generation, that it reads every partition
+// of the input and of the exchange, and that its restore is done.
+func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
+	t.Helper()
+	var addr string
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		var e struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "admin endpoint listening" {
+			addr = e.Addr
+		}
+	}
+	require.NotEmpty(t, addr, "the admin endpoint's address is logged")
+	resp, err := http.Get("http://" + addr + "/api/status")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var st struct {
+		Group struct {
+			ID         string             `json:"id"`
+			Process    string             `json:"process"`
+			Generation int32              `json:"generation"`
+			Assigned   map[string][]int32 `json:"assigned"`
+			Restore    struct {
+				Done       bool `json:"done"`
+				Partitions int  `json:"partitions"`
+			} `json:"restore"`
+		} `json:"group"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	require.Equal(t, g.env["GROUP_ID"], st.Group.ID)
+	require.NotEmpty(t, st.Group.Process)
+	require.Positive(t, st.Group.Generation)
+	require.Equal(t, []int32{0, 1, 2}, st.Group.Assigned[g.in], "the only member reads every input partition")
+	require.Len(t, st.Group.Assigned[g.env["GROUP_ID"]+"-per_key-repartition"], 8, "and every partition of the exchange (max_parallelism)")
+	require.True(t, st.Group.Restore.Done)
+	require.Equal(t, 8, st.Group.Restore.Partitions, "the changelog partitions of its key groups")
+
+	resp, err = http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(b), fmt.Sprintf("eddy_group_assigned_partitions{topic=%q} 3", g.in))
+	require.Contains(t, string(b), fmt.Sprintf("eddy_group_generation %d", st.Group.Generation))
+	require.Regexp(t, `eddy_source_pending_records\{id="events",subtask="0"\} \d`, string(b), "the lag of the process's source task")
+	require.Regexp(t, fmt.Sprintf(`eddy_source_pending_records\{id="from:%s-per_key-repartition",subtask="0"\} \d`, g.env["GROUP_ID"]), string(b),
+		"the lag of the process's reader of the exchange")
 }
 
 // TestGroupRestart: a group process SIGKILLed mid-run, while part of
@@ -253,10 +332,135 @@ func TestGroupRestart(t *testing.T) {
 	g.produce(t, g.input[2*third:])
 	want := g.reference(t)
 	p := startGroupProcess(t, file, state, g.env)
-	awaitCommitted(t, g.brokers, g.out, len(want), p)
-	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	g.finish(t, want, "group output after SIGKILLs and restarts vs the one-process run", p)
 	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
-	requireSameLines(t, want, g.committed(t), "group output after SIGKILLs and restarts vs the one-process run")
+}
+
+// TestGroupThreeProcesses: three processes of the same file share the
+// pipeline (each gets a partition of the input and a range of key
+// groups) and commit exactly the one-process result.
+func TestGroupThreeProcesses(t *testing.T) {
+	g := newGroupTest(t, "three")
+	g.produce(t, g.input)
+	want := g.reference(t)
+	file := mustAbs(t, "testdata/group/window.yaml")
+	var procs []*groupProcess
+	for range 3 {
+		procs = append(procs, startGroupProcess(t, file, t.TempDir(), g.env))
+	}
+	g.finish(t, want, "output of three group processes vs the one-process run", procs...)
+}
+
+// TestGroupScale: the group grows from one process to three while the
+// input comes, then shrinks to two (SIGTERM leaves the group): every
+// rebalance aborts the open transactions and the members go on from the
+// last commit, restoring the state of the key groups they take over. The
+// output is exactly the one-process result.
+func TestGroupScale(t *testing.T) {
+	g := newGroupTest(t, "scale")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	third := len(g.input) / 3
+	g.produce(t, g.input[:third])
+	first := startGroupProcess(t, file, t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, 50, first)
+	procs := []*groupProcess{first, startGroupProcess(t, file, t.TempDir(), g.env), startGroupProcess(t, file, t.TempDir(), g.env)}
+	g.produce(t, g.input[third:2*third])
+	committed := len(g.committed(t))
+	awaitCommitted(t, g.brokers, g.out, committed+50, procs...)
+	require.Equal(t, 0, first.stop(t, syscall.SIGTERM), first.stderr.String())
+	procs = procs[1:]
+	g.produce(t, g.input[2*third:])
+	want := g.reference(t)
+	g.finish(t, want, "output of a group scaled 1 -> 3 -> 2 vs the one-process run", procs...)
+	t.Logf("%d windows; a remaining process's log:\n%s", len(want), grepLines(procs[0].stderr.String(), "restored keyed state", "group generation"))
+}
+
+// TestGroupKillOneOfThree: of three processes, one is SIGKILLed while
+// its windows are mid-way and not started again: the other two take over
+// its partitions once the group drops it, restore its key groups' state
+// from the changelogs, and the output is exactly the one-process result.
+// (Its open transaction holds read_committed readers of its partitions
+// until the broker aborts it, at the transaction timeout.)
+func TestGroupKillOneOfThree(t *testing.T) {
+	g := newGroupTest(t, "killone")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	half := len(g.input) / 2
+	g.produce(t, g.input[:half])
+	var procs []*groupProcess
+	for range 3 {
+		procs = append(procs, startGroupProcess(t, file, t.TempDir(), g.env))
+	}
+	awaitCommitted(t, g.brokers, g.out, 100, procs...)
+	require.Equal(t, -1, procs[0].stop(t, syscall.SIGKILL), "SIGKILL")
+	procs = procs[1:]
+	g.produce(t, g.input[half:])
+	want := g.reference(t)
+	g.finish(t, want, "output of three group processes, one killed, vs the one-process run", procs...)
+	t.Logf("a remaining process:\n%s", grepLines(procs[0].stderr.String(), "group generation", "restored keyed state"))
+}
+
+// TestGroupZombie: a process paused (SIGSTOP) past its session timeout
+// while its windows are mid-way is dropped from the group; the other
+// takes its partitions over. Resumed (SIGCONT), the zombie's open
+// transaction cannot commit: its offsets carry an old generation
+// (KIP-447), so nothing it wrote becomes visible, and the output is
+// exactly the one-process result.
+func TestGroupZombie(t *testing.T) {
+	g := newGroupTest(t, "zombie")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	half := len(g.input) / 2
+	g.produce(t, g.input[:half])
+	zombie := startGroupProcess(t, file, t.TempDir(), g.env)
+	other := startGroupProcess(t, file, t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, 100, zombie, other)
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
+	g.produce(t, g.input[half:])
+	want := g.reference(t)
+	awaitCommitted(t, g.brokers, g.out, len(want), other)
+	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
+	// The zombie finds out that its commit is refused, and takes part in
+	// a later generation as a new member (the rebalance ends its
+	// generation, or its failed job does and the file's restart strategy
+	// joins again).
+	awaitLog(t, zombie, func(log string) bool {
+		_, after, ok := strings.Cut(log, "The provided member is not known in the current generation")
+		return ok && strings.Contains(after, `"msg":"group generation"`)
+	})
+	require.Equal(t, 0, zombie.stop(t, syscall.SIGTERM), zombie.stderr.String())
+	require.Equal(t, 0, other.stop(t, syscall.SIGTERM), other.stderr.String())
+	t.Logf("zombie's log:\n%s", grepLines(zombie.stderr.String(), "group generation", "ERROR", "WARN"))
+	requireSameLines(t, want, g.committed(t), "output with a zombie vs the one-process run")
+}
+
+// finish waits until the group committed as many windows as want has,
+// stops the processes with SIGTERM (each exits 0) and checks the
+// committed output equals want.
+func (g *groupTest) finish(t *testing.T, want []string, what string, procs ...*groupProcess) {
+	t.Helper()
+	awaitCommitted(t, g.brokers, g.out, len(want), procs...)
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	}
+	requireSameLines(t, want, g.committed(t), what)
+}
+
+// awaitLog waits until the process's log satisfies ok, failing the test
+// if the process ends first.
+func awaitLog(t *testing.T, p *groupProcess, ok func(string) bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(runTimeout)
+	for !ok(p.stderr.String()) {
+		select {
+		case <-tick.C:
+		case err := <-p.done:
+			p.done <- err
+			require.FailNow(t, "the process ended", "%v\n%s", err, p.stderr.String())
+		case <-deadline:
+			require.FailNow(t, "the log never showed what the test waits for", p.stderr.String())
+		}
+	}
 }
 
 // lastLines returns the last n lines of s.

@@ -93,6 +93,14 @@ type WatermarkHandler interface {
 	OnWatermark(wm int64, out Emitter) error
 }
 
+// IdleHandler is implemented by sinks that pass event time on (group
+// mode's exchange writer): OnIdle is called on the task goroutine when the
+// task tells its receivers that it is idle, until the next OnWatermark or
+// Write says otherwise.
+type IdleHandler interface {
+	OnIdle() error
+}
+
 // WatermarkHolder is implemented by operators that emit records behind
 // their input watermark: an outer interval join emits a record's padded
 // row, with the record's time, only once the watermark passed that time by
@@ -138,6 +146,12 @@ type SourceContext struct {
 	// before it delivered anything. Splits not declared count from their
 	// first record.
 	Splits []int
+	// SplitTimes may be set by Open to the largest event time each
+	// declared split delivered before: its watermark starts as if it had
+	// read that record again, so a split with nothing more to read does
+	// not hold the watermark back behind where it was (group mode, where a
+	// partition moves between processes).
+	SplitTimes map[int]int64
 	// Stdin is the job's standard input (JobOptions.Stdin), which the
 	// stdin source reads; nil: the process's (os.Stdin).
 	Stdin io.Reader

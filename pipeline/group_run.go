@@ -77,6 +77,11 @@ type GroupRun struct {
 	// started and ended, if set, are told of each generation's job.
 	started func(*Job)
 	ended   func(*Job, error)
+	// failed, if set, records a generation's failure that a restart
+	// follows.
+	failed func(error)
+	// report, if set, keeps what the run reports (group_run_status.go).
+	report *groupReport
 }
 
 // Exchange node ids: the reader source and the writer sink of an exchange
@@ -113,6 +118,15 @@ func (r *GroupRun) StartGeneration(ctx context.Context, gen GroupGeneration) (*J
 		r.started(job)
 	}
 	return job, nil
+}
+
+// Restarting tells the run that a generation failed with err and the
+// process joins the group again (the restart strategy allowed it).
+func (r *GroupRun) Restarting(err error) {
+	r.Metrics.Restarted()
+	if r.failed != nil {
+		r.failed(err)
+	}
 }
 
 // EndGeneration tells the run that the generation's job ended with err
@@ -246,14 +260,19 @@ func (r *Runner) runGroup(ctx context.Context) error {
 	if stopped {
 		cancel()
 	}
-	run := &GroupRun{Plan: gp, Logger: r.logger, Metrics: r.metrics, StateDir: r.opts.StateDir, ProcessID: pid,
+	report := newGroupReport(r.metrics, gp.Group.ID, pid)
+	r.mu.Lock()
+	r.group = report
+	r.mu.Unlock()
+	run := &GroupRun{Plan: gp, Logger: r.logger, Metrics: r.metrics, StateDir: r.opts.StateDir, ProcessID: pid, report: report,
 		started: func(j *Job) {
 			r.started(ctx, j)
 			if r.opts.OnStart != nil {
 				r.opts.OnStart(r.attemptCount())
 			}
 		},
-		ended: func(*Job, error) { r.jobEnded() },
+		ended:  func(*Job, error) { r.jobEnded() },
+		failed: r.failed,
 	}
 	r.logger.Info("joining the group", "group", gp.Group.ID, "process", pid)
 	err = runner.RunGroup(ctx, run)

@@ -66,7 +66,9 @@ func (p *problems) checkRestart(root *yaml.Node, s *Spec) {
 		p.at(at("strategy"), "restart.strategy must be none, fixed_delay, failure_rate or exponential_delay, not %q", r.Strategy)
 		return
 	}
-	if r.Strategy != "none" && s.Checkpoint == nil {
+	// Group mode commits every commit_interval: a generation that failed
+	// goes on from the last commit.
+	if r.Strategy != "none" && s.Checkpoint == nil && s.Group == nil {
 		p.at(at("strategy"), "restart needs a checkpoint block: without one a restart would start from the beginning and repeat the output")
 	}
 	if r.Attempts < 0 || r.MaxFailures < 1 {

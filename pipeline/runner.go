@@ -137,6 +137,8 @@ type Runner struct {
 	// groupStop, in group mode, ends the run's membership of the group
 	// (group_run.go).
 	groupStop context.CancelFunc
+	// group is what a group run reports (Status).
+	group *groupReport
 }
 
 // NewRunner compiles spec and returns its runner; nothing runs or is

@@ -217,8 +217,8 @@ func Load(env *Env, file string, data []byte) (spec *Spec, err error) {
 	}
 	p.checkTop(root, spec)
 	p.checkCheckpoint(root, spec)
-	p.checkRestart(root, spec)
 	p.loadGroup(env, root, spec)
+	p.checkRestart(root, spec)
 	for i := range top.Sources {
 		if s := p.loadSource(env, spec, &top.Sources[i], i); s != nil {
 			spec.Sources = append(spec.Sources, s)

@@ -62,6 +62,8 @@ type Status struct {
 	Transactions TransactionStatus `json:"transactions"`
 	// Samples hold the last records of each sink, one entry per sink.
 	Samples []SinkSample `json:"samples"`
+	// Group is the process's membership of its group, in group mode.
+	Group *GroupStatus `json:"group,omitempty"`
 }
 
 // NodeStatus is a source, step or sink with its subtasks.
@@ -184,6 +186,7 @@ func (r *Runner) Status() Status {
 	now := time.Now()
 	r.mu.Lock()
 	plan, job, started, ended, lastErr, attempts := r.plan, r.job, r.startedAt, r.endedAt, r.lastErr, r.attempts
+	group := r.group
 	r.mu.Unlock()
 	s := Status{
 		Pipeline:         r.spec.Name,
@@ -224,6 +227,9 @@ func (r *Runner) Status() Status {
 		s.Nodes = append(s.Nodes, ns)
 	}
 	s.Samples = r.sinkSamples(plan)
+	if group != nil {
+		s.Group = group.status()
+	}
 	return s
 }
 

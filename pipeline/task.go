@@ -106,8 +106,10 @@ type task struct {
 	// srcPositions are a SourceCheckpointListener head's positions by
 	// checkpoint, waiting for completion.
 	srcPositions map[int64][]byte
-	// srcSplits are the splits the source declared at Open.
-	srcSplits []int
+	// srcSplits are the splits the source declared at Open, srcSplitTimes
+	// their restored event times (SourceContext.SplitTimes).
+	srcSplits     []int
+	srcSplitTimes map[int]int64
 	// finalDone is set once the run's final checkpoint completed.
 	finalDone bool
 	// Event time of a source head: its watermark generator, VM and the
@@ -164,7 +166,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		if sc.Position != nil {
 			t.position = slices.Clone(sc.Position)
 		}
-		t.srcSplits = sc.Splits
+		t.srcSplits, t.srcSplitTimes = sc.Splits, sc.SplitTimes
 		opened = append(opened, t.head)
 		t.job.taskOpened(t)
 		return t.runSource(ctx)
@@ -569,6 +571,9 @@ func (t *task) runSource(ctx context.Context) error {
 		t.wmGen = newWatermarks(src.Watermark)
 		for _, s := range t.srcSplits {
 			t.wmGen.declare(s)
+			if ts, ok := t.srcSplitTimes[s]; ok {
+				t.wmGen.split(s).maxTs = ts
+			}
 		}
 		// Start where the checkpoint's watermark was: downstream, the
 		// windows it fired are gone from the restored state, and records
@@ -1023,5 +1028,12 @@ func (t *task) markIdle() error {
 		return nil
 	}
 	t.idle = true
+	for _, s := range t.stages {
+		if h, ok := s.sink.(IdleHandler); ok {
+			if err := h.OnIdle(); err != nil {
+				return fmt.Errorf("sink %q going idle: %w", s.node.ID, err)
+			}
+		}
+	}
 	return t.broadcast(&Control{Kind: ControlIdle})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eddy-stream/eddy/expr"
 	"github.com/eddy-stream/eddy/pipeline"
@@ -27,22 +28,30 @@ import (
 // markerHeader marks a watermark marker in a repartition topic.
 const markerHeader = "eddy-wm"
 
-// marker is a watermark marker: upstream task task is at watermark wm.
+// marker is a watermark marker: upstream task task is at watermark wm,
+// or idle (then wm is its last watermark).
 type marker struct {
 	task int32
 	wm   int64
+	idle bool
 }
 
+// encodeMarker encodes m: the task (int32), the watermark (int64), and a
+// byte that is 1 for an idle task.
 func encodeMarker(m marker) []byte {
-	b := binary.BigEndian.AppendUint32(make([]byte, 0, 12), uint32(m.task))
-	return binary.BigEndian.AppendUint64(b, uint64(m.wm))
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 13), uint32(m.task))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.wm))
+	if m.idle {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 func decodeMarker(b []byte) (marker, error) {
-	if len(b) != 12 {
+	if len(b) != 13 || b[12] > 1 {
 		return marker{}, fmt.Errorf("a watermark marker of %d bytes", len(b))
 	}
-	return marker{task: int32(binary.BigEndian.Uint32(b)), wm: int64(binary.BigEndian.Uint64(b[4:]))}, nil
+	return marker{task: int32(binary.BigEndian.Uint32(b)), wm: int64(binary.BigEndian.Uint64(b[4:])), idle: b[12] == 1}, nil
 }
 
 // isMarker tells a watermark marker from a record.
@@ -190,8 +199,16 @@ type exchangeReader struct {
 	cur     *exchangeBatch
 	stop    chan struct{}
 	wms     watermarks
-	// emitted is the last watermark Read returned.
+	// emitted is the last watermark Read returned; idle is set while it
+	// last said idle.
 	emitted int64
+	idle    bool
+	// restored is set while the watermark restored at Open has not been
+	// returned by Read yet.
+	restored bool
+	// pending is the reader's lag: the records of its partitions up to
+	// their high watermarks that it has not read (nil without metrics).
+	pending prometheus.Gauge
 }
 
 // exchangePartition is one partition the reader reads.
@@ -200,6 +217,7 @@ type exchangePartition struct {
 	topic string
 	part  int32
 	next  int64
+	claim sarama.ConsumerGroupClaim
 }
 
 // exchangeBatch is a run of messages of one partition.
@@ -215,17 +233,20 @@ func (r *exchangeReader) Open(ctx context.Context, sc *pipeline.SourceContext) e
 	if err != nil {
 		return fmt.Errorf("exchange %s: %w", topic, err)
 	}
+	if sc.Metrics != nil {
+		r.pending = sc.Metrics.SourcePending(sc.SubtaskInfo)
+	}
 	r.batches = make(chan *exchangeBatch, 16)
 	r.stop = make(chan struct{})
 	r.emitted = pipeline.MinWatermark
 	r.wms = newWatermarks(len(claims), r.cfg.upstream)
-	var entries []PositionEntry
 	for i, c := range claims {
-		p := &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0)}
-		r.parts = append(r.parts, p)
-		entries = append(entries, PositionEntry{Topic: topic, Partition: p.part, Next: p.next, Stop: noStop})
+		r.parts = append(r.parts, &exchangePartition{index: i, topic: topic, part: c.Partition(), next: max(c.InitialOffset(), 0), claim: c})
 	}
-	sc.Position = EncodePosition(entries)
+	if err := r.restoreWatermarks(); err != nil {
+		return fmt.Errorf("exchange %s: %w", topic, err)
+	}
+	sc.Position = r.position()
 	for i, c := range claims {
 		go r.pump(r.parts[i], c)
 	}
@@ -270,6 +291,13 @@ func (r *exchangeReader) pump(p *exchangePartition, c sarama.ConsumerGroupClaim)
 // Read returns the records of one partition up to a marker that raises
 // the reader's watermark (then b.Watermark), or to the end of the batch.
 func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error {
+	if r.restored {
+		// Before any record: what was late before the restore is late.
+		r.restored = false
+		b.Watermark, b.HasWatermark = r.emitted, true
+		b.Position = r.position()
+		return nil
+	}
 	if r.cur == nil {
 		select {
 		case r.cur = <-r.batches:
@@ -289,13 +317,20 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 			if err != nil {
 				return fmt.Errorf("exchange %s[%d] offset %d: %w", p.topic, p.part, m.Offset, err)
 			}
-			r.wms.observe(p.index, int(mk.task), mk.wm)
-			if wm := r.wms.current(); wm > r.emitted {
-				r.emitted = wm
-				b.Watermark, b.HasWatermark = wm, true
-				break
+			r.wms.observe(p.index, int(mk.task), mk.wm, mk.idle)
+			wm, idle := r.wms.current()
+			switch {
+			case idle && !r.idle:
+				r.idle = true
+				b.HasWatermark, b.Idle = true, true
+			case !idle && (wm > r.emitted || r.idle):
+				r.idle = false
+				r.emitted = max(r.emitted, wm)
+				b.Watermark, b.HasWatermark = r.emitted, true
+			default:
+				continue
 			}
-			continue
+			break
 		}
 		rec, err := decodeExchangeRecord(m.Value)
 		if err != nil {
@@ -307,16 +342,57 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 		r.cur = nil
 	}
 	b.Position = r.position()
+	if r.pending != nil {
+		var lag int64
+		for _, p := range r.parts {
+			lag += max(0, p.claim.HighWaterMarkOffset()-p.next)
+		}
+		r.pending.Set(float64(lag))
+	}
 	return nil
 }
 
-// position encodes the next offset of every partition.
+// position encodes the next offset of every partition and the last
+// watermark of each upstream task in it.
 func (r *exchangeReader) position() []byte {
 	entries := make([]PositionEntry, len(r.parts))
 	for i, p := range r.parts {
 		entries[i] = PositionEntry{Topic: p.topic, Partition: p.part, Next: p.next, Stop: noStop}
 	}
-	return EncodePosition(entries)
+	return encodeExchangePosition(EncodePosition(entries), r.wms.wm)
+}
+
+// restoreWatermarks seeds the upstream tasks' watermarks of each
+// partition from the metadata of its committed offset: the reader goes
+// on where the previous reader of the partition was.
+func (r *exchangeReader) restoreWatermarks() error {
+	g := r.cfg.gen.g
+	tps := make([]topicPartition, len(r.parts))
+	for i, p := range r.parts {
+		tps[i] = topicPartition{p.topic, p.part}
+	}
+	if len(tps) == 0 {
+		return nil
+	}
+	blocks, err := fetchCommittedBlocks(g.client, g.run.Plan.Group.ID, tps)
+	if err != nil {
+		return fmt.Errorf("the watermarks of the committed offsets: %w", err)
+	}
+	for i, tp := range tps {
+		blk := blocks[tp]
+		if blk == nil {
+			continue
+		}
+		if wms, ok := parseWMListMetadata(blk.Metadata, r.cfg.upstream); ok {
+			for task, wm := range wms {
+				r.wms.observe(i, task, wm, false)
+			}
+		}
+	}
+	if wm, idle := r.wms.current(); !idle && wm != pipeline.MinWatermark {
+		r.emitted, r.restored = wm, true
+	}
+	return nil
 }
 
 func (r *exchangeReader) Close(context.Context) error {
@@ -327,16 +403,19 @@ func (r *exchangeReader) Close(context.Context) error {
 }
 
 // watermarks is the reader's view of its upstream tasks: the last
-// watermark of each upstream task in each partition.
+// watermark of each upstream task in each partition, and whether it said
+// it is idle.
 type watermarks struct {
-	// wm[partition][task]
-	wm [][]int64
+	// wm[partition][task], idle[partition][task]
+	wm   [][]int64
+	idle [][]bool
 }
 
 func newWatermarks(partitions, upstream int) watermarks {
-	w := watermarks{wm: make([][]int64, partitions)}
+	w := watermarks{wm: make([][]int64, partitions), idle: make([][]bool, partitions)}
 	for i := range w.wm {
 		w.wm[i] = make([]int64, upstream)
+		w.idle[i] = make([]bool, upstream)
 		for j := range w.wm[i] {
 			w.wm[i][j] = pipeline.MinWatermark
 		}
@@ -344,27 +423,33 @@ func newWatermarks(partitions, upstream int) watermarks {
 	return w
 }
 
-// observe records that upstream task is at wm in partition p; a marker
-// never moves a task back.
-func (w *watermarks) observe(p, task int, wm int64) {
+// observe records that upstream task is at wm in partition p, or idle; a
+// marker never moves a task's watermark back.
+func (w *watermarks) observe(p, task int, wm int64, idle bool) {
 	if task < 0 || task >= len(w.wm[p]) {
 		return
 	}
 	w.wm[p][task] = max(w.wm[p][task], wm)
+	w.idle[p][task] = idle
 }
 
 // current is the minimum over the partitions of the minimum over the
-// upstream tasks: MinWatermark until every task reported in every
-// partition.
-func (w *watermarks) current() int64 {
-	out := pipeline.MaxWatermark
-	for _, p := range w.wm {
-		for _, wm := range p {
-			out = min(out, wm)
+// upstream tasks that are not idle: MinWatermark until every task
+// reported in every partition. idle is true when every task is idle in
+// every partition.
+func (w *watermarks) current() (wm int64, idle bool) {
+	wm, active := pipeline.MaxWatermark, false
+	for p := range w.wm {
+		for task, t := range w.wm[p] {
+			if w.idle[p][task] {
+				continue
+			}
+			active = true
+			wm = min(wm, t)
 		}
 	}
-	if len(w.wm) == 0 {
-		return pipeline.MinWatermark
+	if !active {
+		return pipeline.MinWatermark, len(w.wm) > 0
 	}
-	return out
+	return wm, false
 }

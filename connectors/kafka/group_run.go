@@ -65,10 +65,25 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 			topics = append(topics, x.Topic.Name)
 		}
 	}
+	// A generation whose job failed ends; the process joins again after
+	// the restart strategy's delay (restart: none, the default, ends the
+	// run with the failure).
+	policy := pipeline.NewRestartPolicy(gp.Plan.Spec.Restart)
 	for ctx.Err() == nil {
 		err := g.group.Consume(ctx, topics, g)
-		if g.failed != nil {
-			return g.failed
+		if failed := g.failed; failed != nil {
+			g.failed = nil
+			delay, why := policy.Next(time.Now())
+			if why != nil {
+				return failed
+			}
+			run.Restarting(failed)
+			run.Logger.Warn("group generation failed: joining again", "err", failed.Error(), "delay", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			continue
 		}
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("consumer group %s: %w", gp.Group.ID, err)
@@ -126,27 +141,9 @@ func (g *groupRun) connect() error {
 		}
 	}
 
-	pc, err := g.cfg.saramaConfig()
-	if err != nil {
+	if err := g.startProducer(); err != nil {
 		return err
 	}
-	pc.Metadata.AllowAutoTopicCreation = false
-	pc.Producer.Return.Errors = true
-	pc.Producer.Return.Successes = true
-	pc.Producer.Partitioner = sarama.NewManualPartitioner
-	pc.Producer.RequiredAcks = sarama.WaitForAll
-	pc.Producer.Idempotent = true
-	pc.Producer.Flush.Frequency = 5 * time.Millisecond
-	pc.Producer.Flush.Bytes = 1 << 20
-	pc.Net.MaxOpenRequests = 1
-	pc.Producer.Transaction.ID = gp.Group.ID + "-" + g.run.ProcessID
-	pc.Producer.Transaction.Timeout = max(time.Minute, 10*gp.Group.CommitInterval.D())
-	pc.Producer.Transaction.Retry.Max = 250
-	pc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
-	if g.producer, err = sarama.NewAsyncProducer(g.cfg.Brokers, pc); err != nil {
-		return fmt.Errorf("start the group's transactional producer: %w", err)
-	}
-	g.out = newOutput(g.producer)
 
 	cc, err := g.cfg.saramaConfig()
 	if err != nil {
@@ -168,6 +165,54 @@ func (g *groupRun) connect() error {
 		}
 	}()
 	return nil
+}
+
+// startProducer starts the process's transactional producer; its
+// InitProducerId fences the previous incarnation of this process's
+// transactional id and aborts what it left open.
+func (g *groupRun) startProducer() error {
+	gp := g.run.Plan
+	pc, err := g.cfg.saramaConfig()
+	if err != nil {
+		return err
+	}
+	pc.Metadata.AllowAutoTopicCreation = false
+	pc.Producer.Return.Errors = true
+	pc.Producer.Return.Successes = true
+	pc.Producer.Partitioner = sarama.NewManualPartitioner
+	pc.Producer.RequiredAcks = sarama.WaitForAll
+	pc.Producer.Idempotent = true
+	pc.Producer.Flush.Frequency = 5 * time.Millisecond
+	pc.Producer.Flush.Bytes = 1 << 20
+	pc.Net.MaxOpenRequests = 1
+	pc.Producer.Transaction.ID = gp.Group.ID + "-" + g.run.ProcessID
+	pc.Producer.Transaction.Timeout = max(time.Minute, 10*gp.Group.CommitInterval.D())
+	pc.Producer.Transaction.Retry.Max = 250
+	pc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
+	if g.producer, err = sarama.NewAsyncProducer(g.cfg.Brokers, pc); err != nil {
+		return fmt.Errorf("start the group's transactional producer: %w", err)
+	}
+	g.out = newOutput(g.producer)
+	return nil
+}
+
+// endTransaction aborts the generation's open transaction, also one a
+// failed commit left in error; a producer in a fatal error (fenced) is
+// replaced.
+func (g *groupRun) endTransaction() error {
+	st := g.producer.TxnStatus()
+	if st&sarama.ProducerTxnFlagFatalError == 0 {
+		if st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) == 0 {
+			return nil
+		}
+		err := g.producer.AbortTxn()
+		if err == nil {
+			return nil
+		}
+		g.logger.Warn("abort the generation's open transaction: starting a new producer", "err", err.Error())
+	}
+	_ = g.out.close()
+	return g.startProducer()
 }
 
 // close leaves the group and closes the producer and the client.
@@ -192,8 +237,12 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	gen := newGeneration(g, sess)
 	g.gen = gen
 	g.logger.Info("group generation", "generation", sess.GenerationID(), "member", sess.MemberID(), "assigned", gen.describe())
+	g.run.Generation(pipeline.GroupGenerationInfo{Member: sess.MemberID(), Generation: sess.GenerationID(), Assigned: gen.assigned})
 	restore, err := gen.readChangelogs(sess.Context())
 	if err != nil {
+		if sess.Context().Err() != nil {
+			return nil // a rebalance ended the generation meanwhile: no job
+		}
 		return g.fail(err)
 	}
 	gen.restore = restore
@@ -245,7 +294,9 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 	if gen.job != nil {
 		select {
 		case <-gen.jobDone:
-			if gen.jobErr != nil {
+			// A job that could not open because the generation ended
+			// meanwhile (a rebalance) did not fail.
+			if gen.jobErr != nil && !errors.Is(gen.jobErr, errGenerationEnded) {
 				g.fail(gen.jobErr)
 			}
 		default:
@@ -254,13 +305,15 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 		}
 		g.run.EndGeneration(gen.job, gen.jobErr)
 	}
-	if g.producer.TxnStatus()&sarama.ProducerTxnFlagInTransaction != 0 {
-		if err := g.producer.AbortTxn(); err != nil {
-			return g.fail(fmt.Errorf("abort the generation's open transaction: %w", err))
-		}
+	if err := g.endTransaction(); err != nil {
+		return g.fail(fmt.Errorf("end the generation's open transaction: %w", err))
 	}
 	return nil
 }
+
+// errGenerationEnded is the error of a source that waited for its claims
+// while the generation ended.
+var errGenerationEnded = errors.New("the group's generation ended")
 
 // generation is one generation of the group in this process: its
 // assignment and claims, its job and the job's transactions.
@@ -277,9 +330,9 @@ type generation struct {
 
 	restore *changelogRestore
 	// live is, per stateful step, the key groups whose changelog holds a
-	// blob (restored or written): a key group that has none at the next
-	// checkpoint gets a tombstone.
-	live map[string]map[int]bool
+	// blob (restored or written), and in how many pieces: the pieces a key
+	// group no longer has at the next checkpoint get tombstones.
+	live map[string]map[int]int
 
 	job     *pipeline.Job
 	jobDone chan struct{}
@@ -290,7 +343,7 @@ var _ pipeline.GroupGeneration = (*generation)(nil)
 
 func newGeneration(g *groupRun, sess sarama.ConsumerGroupSession) *generation {
 	gen := &generation{g: g, sess: sess, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
-		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]bool{}}
+		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]int{}}
 	for _, ps := range gen.assigned {
 		slices.Sort(ps)
 	}
@@ -330,7 +383,7 @@ func (gen *generation) awaitClaims(ctx context.Context, topics []string) ([]sara
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-gen.sess.Context().Done():
-		return nil, errors.New("the group's generation ended")
+		return nil, errGenerationEnded
 	}
 	gen.mu.Lock()
 	defer gen.mu.Unlock()
@@ -365,7 +418,7 @@ func (gen *generation) Source(src pipeline.GroupSourceInput) (pipeline.SourceCon
 	if !ok {
 		return nil, fmt.Errorf("source %q: a %s source cannot run in group mode", src.Node.ID, src.Node.Type)
 	}
-	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics}
+	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics, eventTime: src.Node.Source.EventTime}
 	c.StopAt = "" // a group run reads until it is stopped
 	return c, nil
 }

@@ -137,15 +137,41 @@ func (s *groupSink) Open(_ context.Context, sc *pipeline.SinkContext) error {
 	if in.cfg.TopicExpr.IsSet() {
 		return in.errorf("topic_expr is not supported in group mode yet: set topic")
 	}
+	if in.cfg.CreateTopic != nil {
+		if err := s.createTopic(); err != nil {
+			return err
+		}
+	}
 	parts, err := s.gen.g.client.Partitions(in.cfg.Topic)
 	if err != nil {
-		return in.errorf("partitions of topic %s (it must exist in the group's cluster): %w", in.cfg.Topic, err)
+		return in.errorf("partitions of topic %s (it must exist in the group's cluster, or give create_topic): %w", in.cfg.Topic, err)
 	}
 	s.partitions = int32(len(parts))
 	in.last = in.cfg.Topic
 	s.gate.out = s.gen.g.out
 	s.part = in.cfg.partitioner()(in.cfg.Topic)
 	return nil
+}
+
+// createTopic creates the sink's topic (create_topic) in the group's
+// cluster when it does not exist, as the kafka sink does.
+func (s *groupSink) createTopic() error {
+	in := s.inner
+	cl, err := s.gen.g.cfg.newClient(s.gen.g.client.Config())
+	if err != nil {
+		return in.errorf("%w", err)
+	}
+	admin, err := sarama.NewClusterAdminFromClient(cl)
+	if err != nil {
+		_ = cl.Close()
+		return in.errorf("connect to the cluster's controller: %w", err)
+	}
+	in.client, in.admin = cl, admin
+	defer func() {
+		_ = admin.Close()
+		in.client, in.admin = nil, nil
+	}()
+	return in.ensureTopic(in.cfg.Topic)
 }
 
 func (s *groupSink) Write(ctx context.Context, batch []pipeline.Record) error {
@@ -215,13 +241,16 @@ type exchangeWriter struct {
 	gate txnGate
 	keys keyer
 	enc  []byte
-	// wm is the task's watermark, as OnWatermark last said.
-	wm int64
+	// wm is the task's watermark, as OnWatermark last said; idle is set
+	// once the task went idle, until it writes or advances again.
+	wm   int64
+	idle bool
 }
 
 var (
 	_ pipeline.TwoPhaseCommitSink = (*exchangeWriter)(nil)
 	_ pipeline.WatermarkHandler   = (*exchangeWriter)(nil)
+	_ pipeline.IdleHandler        = (*exchangeWriter)(nil)
 )
 
 func (w *exchangeWriter) Open(_ context.Context, sc *pipeline.SinkContext) error {
@@ -233,6 +262,7 @@ func (w *exchangeWriter) Open(_ context.Context, sc *pipeline.SinkContext) error
 
 func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) error {
 	x := w.cfg.x
+	w.idle = w.idle && len(batch) == 0
 	for i := range batch {
 		r := &batch[i]
 		key, err := w.keys.key(r)
@@ -263,23 +293,31 @@ func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) err
 
 // OnWatermark keeps the task's watermark: the next barrier sends it.
 func (w *exchangeWriter) OnWatermark(wm int64, _ pipeline.Emitter) error {
-	w.wm = wm
+	w.wm, w.idle = wm, false
+	return nil
+}
+
+// OnIdle marks the task idle: the next barrier's markers say so, and the
+// readers leave it out of their watermark until it is active again.
+func (w *exchangeWriter) OnIdle() error {
+	w.idle = true
 	return nil
 }
 
 func (w *exchangeWriter) Flush(context.Context) error { return w.gate.out.failure() }
 
 // PreCommit sends the watermark markers of the writer's tasks into every
-// partition, the last records of checkpoint id, and holds what follows.
+// partition (their watermark, or that they are idle), the last records of
+// checkpoint id, and holds what follows.
 func (w *exchangeWriter) PreCommit(ctx context.Context, id int64) ([]byte, error) {
-	if w.wm != pipeline.MinWatermark {
+	if w.wm != pipeline.MinWatermark || w.idle {
 		for _, task := range w.cfg.tasks {
 			for p := range w.cfg.partitions {
 				msg := w.gate.out.newMessage()
 				msg.Topic = w.cfg.x.Topic.Name
 				msg.Partition = int32(p)
 				msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(markerHeader)})
-				msg.Value = sarama.ByteEncoder(encodeMarker(marker{task: task, wm: w.wm}))
+				msg.Value = sarama.ByteEncoder(encodeMarker(marker{task: task, wm: w.wm, idle: w.idle}))
 				if err := w.gate.send(ctx, msg); err != nil {
 					return nil, err
 				}

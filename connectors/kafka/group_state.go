@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +35,7 @@ type txnStore struct{ gen *generation }
 // Begin starts collecting checkpoint id; the transaction is open already
 // (the records written since the last commit are in it).
 func (s *txnStore) Begin(id int64, _ checkpoint.Meta) (checkpoint.Writer, error) {
-	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}}, nil
+	return &txnWriter{gen: s.gen, id: id, offsets: map[topicPartition]int64{}, meta: map[topicPartition]string{}}, nil
 }
 
 // txnWriter collects a checkpoint's parts: the sources' positions become
@@ -44,24 +46,53 @@ type txnWriter struct {
 
 	mu      sync.Mutex
 	offsets map[topicPartition]int64
+	// meta is the metadata of each partition's offset: the largest event
+	// time a group source read from it, or an exchange reader's upstream
+	// watermarks (decodeGroupPosition).
+	meta map[topicPartition]string
 }
 
-// Put takes a source's position (src/<id>/<subtask>); the other small
-// parts (watermarks, sink committables) need no storage in group mode.
+// Put takes a source's position (src/<id>/<subtask>): the transaction
+// commits its offsets, with each partition's largest event time (group
+// sources) or upstream watermarks (exchange readers) in the metadata. The
+// other small parts (watermarks, sink
+// committables) need no storage in group mode: a source's watermark
+// comes back from the event times of its partitions.
 func (w *txnWriter) Put(part string, blob []byte) error {
 	if !strings.HasPrefix(part, "src/") || len(blob) == 0 {
 		return nil
 	}
-	entries, err := DecodePosition(blob)
+	entries, meta, err := decodeGroupPosition(blob)
 	if err != nil {
 		return fmt.Errorf("checkpoint %d: %s: %w", w.id, part, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, e := range entries {
-		w.offsets[topicPartition{e.Topic, e.Partition}] = e.Next
+	for i, e := range entries {
+		tp := topicPartition{e.Topic, e.Partition}
+		w.offsets[tp] = e.Next
+		if meta[i] != "" {
+			w.meta[tp] = meta[i]
+		}
 	}
 	return nil
+}
+
+// timeMetadataPrefix starts the metadata of a committed offset that
+// carries the largest event time read from the partition before it: the
+// process that reads the partition next starts its watermark there, so a
+// partition with nothing more to read does not hold the watermark back.
+const timeMetadataPrefix = "eddy-ts:"
+
+// parseTimeMetadata returns the event time of a committed offset's
+// metadata.
+func parseTimeMetadata(m string) (int64, bool) {
+	rest, ok := strings.CutPrefix(m, timeMetadataPrefix)
+	if !ok {
+		return 0, false
+	}
+	ts, err := strconv.ParseInt(rest, 10, 64)
+	return ts, err == nil
 }
 
 // Create takes the keyed state of a step (op/<step>/<subtask>): it is
@@ -92,7 +123,11 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	offsets := map[string][]*sarama.PartitionOffsetMetadata{}
 	w.mu.Lock()
 	for tp, next := range w.offsets {
-		offsets[tp.topic] = append(offsets[tp.topic], &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next})
+		om := &sarama.PartitionOffsetMetadata{Partition: tp.partition, Offset: next}
+		if m, ok := w.meta[tp]; ok {
+			om.Metadata = &m
+		}
+		offsets[tp.topic] = append(offsets[tp.topic], om)
 	}
 	w.mu.Unlock()
 	if len(offsets) > 0 {
@@ -129,15 +164,32 @@ func (c *changelogWriter) Write(b []byte) (int, error) { return c.buf.Write(b) }
 // Abort drops what was written.
 func (c *changelogWriter) Abort() { c.buf.Reset() }
 
-// Close sends the records into the open transaction.
+// changelogChunk is the largest piece of a key group's blob in one
+// changelog record, below the default record size limits of brokers and
+// producers (1 MiB).
+const changelogChunk = 512 << 10
+
+// chunkKey is the key of piece chunk of key group group's blob.
+type chunkKey struct{ group, chunk int }
+
+// Close sends the records into the open transaction: each key group's
+// blob in pieces of changelogChunk bytes (key: group, piece; value: the
+// number of pieces, then the piece), and tombstones for the pieces the
+// key group had before and has no more.
 func (c *changelogWriter) Close() error {
 	g := c.gen.g
-	now := map[int]bool{}
-	stream := c.buf.Bytes()
+	now := map[int]int{} // key group -> pieces
 	ctx := context.Background()
-	err := statestore.SplitBlobs(stream, func(group int, blob []byte) error {
-		now[group] = true
-		return c.send(ctx, group, blob)
+	err := statestore.SplitBlobs(c.buf.Bytes(), func(group int, blob []byte) error {
+		n := max(1, (len(blob)+changelogChunk-1)/changelogChunk)
+		now[group] = n
+		for i := range n {
+			piece := blob[i*changelogChunk : min(len(blob), (i+1)*changelogChunk)]
+			if err := c.send(ctx, chunkKey{group, i}, binary.BigEndian.AppendUint32(nil, uint32(n)), piece); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("changelog of step %q: %w", c.step, err)
@@ -146,9 +198,9 @@ func (c *changelogWriter) Close() error {
 	live := c.gen.live[c.step]
 	c.gen.live[c.step] = now
 	c.gen.mu.Unlock()
-	for group := range live {
-		if !now[group] {
-			if err := c.send(ctx, group, nil); err != nil {
+	for group, had := range live {
+		for i := now[group]; i < had; i++ {
+			if err := c.send(ctx, chunkKey{group, i}, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -156,17 +208,46 @@ func (c *changelogWriter) Close() error {
 	return g.out.failure()
 }
 
-// send writes key group group's blob (nil: a tombstone) to its partition.
-func (c *changelogWriter) send(ctx context.Context, group int, blob []byte) error {
+// send writes a piece of a key group's blob, after head (nil, nil: a
+// tombstone), to the key group's partition.
+func (c *changelogWriter) send(ctx context.Context, k chunkKey, head, piece []byte) error {
 	o := c.gen.g.out
 	msg := o.newMessage()
 	msg.Topic = c.topic.Name
-	msg.Partition = int32(pipeline.KeyGroupPartition(group, c.gen.g.run.Plan.MaxParallelism, c.topic.Partitions))
-	msg.Key = sarama.ByteEncoder(binary.BigEndian.AppendUint32(nil, uint32(group)))
-	if blob != nil {
-		msg.Value = sarama.ByteEncoder(slices.Clone(blob))
+	msg.Partition = int32(pipeline.KeyGroupPartition(k.group, c.gen.g.run.Plan.MaxParallelism, c.topic.Partitions))
+	key := binary.BigEndian.AppendUint32(make([]byte, 0, 8), uint32(k.group))
+	msg.Key = sarama.ByteEncoder(binary.BigEndian.AppendUint32(key, uint32(k.chunk)))
+	if head != nil {
+		msg.Value = sarama.ByteEncoder(append(append(make([]byte, 0, len(head)+len(piece)), head...), piece...))
 	}
 	return o.send(ctx, msg)
+}
+
+// joinChunks returns each key group's blob from the last piece records
+// of a changelog (nil values: tombstones) and how many pieces it has; a
+// key group whose pieces are not all there (none: it has no state) is
+// left out.
+func joinChunks(last map[chunkKey][]byte) (map[int][]byte, map[int]int, error) {
+	blobs, pieces := map[int][]byte{}, map[int]int{}
+	for k, v := range last {
+		if k.chunk != 0 || v == nil {
+			continue
+		}
+		if len(v) < 4 {
+			return nil, nil, fmt.Errorf("key group %d: a changelog record of %d bytes", k.group, len(v))
+		}
+		n := int(binary.BigEndian.Uint32(v))
+		var blob []byte
+		for i := range n {
+			p := last[chunkKey{k.group, i}]
+			if len(p) < 4 || int(binary.BigEndian.Uint32(p)) != n {
+				return nil, nil, fmt.Errorf("key group %d: piece %d of %d is missing from the changelog", k.group, i, n)
+			}
+			blob = append(blob, p[4:]...)
+		}
+		blobs[k.group], pieces[k.group] = blob, n
+	}
+	return blobs, pieces, nil
 }
 
 // changelogRestore is the keyed state of the generation's assigned
@@ -225,6 +306,8 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 			}
 		}
 	}
+	g.run.RestoreStarted(len(tps))
+	defer g.run.RestoreDone()
 	if len(tps) == 0 {
 		return r, nil
 	}
@@ -243,7 +326,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	// hands out).
 	type result struct {
 		tp   topicPartition
-		last map[int][]byte
+		last map[chunkKey][]byte
 		n    int
 		err  error
 	}
@@ -254,7 +337,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 				results <- result{tp: tp}
 				return
 			}
-			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp])
+			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp], g.run.RestoreRead)
 			results <- result{tp, last, n, err}
 		}()
 	}
@@ -263,19 +346,21 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	var errs []error
 	for range tps {
 		res := <-results
+		if res.err == nil {
+			step := stepOf[res.tp.topic]
+			var groups map[int][]byte
+			var pieces map[int]int
+			if groups, pieces, res.err = joinChunks(res.last); res.err == nil {
+				records += res.n
+				if blobs[step] == nil {
+					blobs[step], gen.live[step] = map[int][]byte{}, map[int]int{}
+				}
+				maps.Copy(blobs[step], groups)
+				maps.Copy(gen.live[step], pieces)
+			}
+		}
 		if res.err != nil {
 			errs = append(errs, fmt.Errorf("restore from changelog %s: %w", res.tp, res.err))
-			continue
-		}
-		records += res.n
-		step := stepOf[res.tp.topic]
-		if blobs[step] == nil {
-			blobs[step] = map[int][]byte{}
-		}
-		for group, blob := range res.last {
-			if blob != nil {
-				blobs[step][group] = blob
-			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -283,15 +368,12 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	}
 	for step, groups := range blobs {
 		var part []byte
-		live := map[int]bool{}
 		for _, group := range slices.Sorted(intKeys(groups)) {
 			part = append(part, groups[group]...)
-			live[group] = true
 		}
 		if len(part) > 0 {
 			r.parts["op/"+step+"/0"] = part
 		}
-		gen.live[step] = live
 	}
 	g.logger.Info("restored keyed state from the changelogs", "partitions", len(tps), "records", records,
 		"duration", time.Since(start).Round(time.Millisecond))
@@ -317,14 +399,15 @@ const quietProbe = 200 * time.Millisecond
 // group (nil: a tombstone) and the number of records read. Offsets that
 // the consumer never hands out (transaction markers, aborted records) at
 // the end are found with a probe once the partition is quiet.
-func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64) (map[int][]byte, int, error) {
+func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64, read func(int)) (map[chunkKey][]byte, int, error) {
 	pc, err := consumer.ConsumePartition(tp.topic, tp.partition, sarama.OffsetOldest)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer func() { _ = pc.Close() }()
-	last := map[int][]byte{}
+	last := map[chunkKey][]byte{}
 	n := 0
+	defer func() { read(n % 1024) }()
 	next := int64(0)
 	quiet := time.NewTimer(quietProbe)
 	defer quiet.Stop()
@@ -337,11 +420,14 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Cons
 			if m.Offset >= end {
 				return last, n, nil
 			}
-			if len(m.Key) != 4 {
-				return nil, 0, fmt.Errorf("offset %d: a key of %d bytes, not a key group", m.Offset, len(m.Key))
+			if len(m.Key) != 8 {
+				return nil, 0, fmt.Errorf("offset %d: a key of %d bytes, not a key group and piece", m.Offset, len(m.Key))
 			}
-			last[int(binary.BigEndian.Uint32(m.Key))] = m.Value
+			last[chunkKey{int(binary.BigEndian.Uint32(m.Key)), int(binary.BigEndian.Uint32(m.Key[4:]))}] = m.Value
 			n++
+			if n%1024 == 0 {
+				read(1024)
+			}
 			quiet.Reset(quietProbe)
 		case e := <-pc.Errors():
 			return nil, 0, e.Err

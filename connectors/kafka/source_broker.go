@@ -103,6 +103,21 @@ func topicsOf(parts []topicPartition) []string {
 // fetchCommitted returns the offsets committed to group for the partitions;
 // partitions without a committed offset are missing from the map.
 func fetchCommitted(cl sarama.Client, group string, parts []topicPartition) (map[topicPartition]int64, error) {
+	blocks, err := fetchCommittedBlocks(cl, group, parts)
+	if err != nil {
+		return nil, err
+	}
+	out := map[topicPartition]int64{}
+	for tp, blk := range blocks {
+		out[tp] = blk.Offset
+	}
+	return out, nil
+}
+
+// fetchCommittedBlocks returns what group committed for the partitions
+// (offset and metadata); partitions without a committed offset are
+// missing from the map.
+func fetchCommittedBlocks(cl sarama.Client, group string, parts []topicPartition) (map[topicPartition]*sarama.OffsetFetchResponseBlock, error) {
 	req := map[string][]int32{}
 	for _, tp := range parts {
 		req[tp.topic] = append(req[tp.topic], tp.partition)
@@ -130,7 +145,7 @@ func fetchCommitted(cl sarama.Client, group string, parts []topicPartition) (map
 			lastErr = resp.Groups[0].Err
 			continue
 		}
-		out := map[topicPartition]int64{}
+		out := map[topicPartition]*sarama.OffsetFetchResponseBlock{}
 		for _, tp := range parts {
 			blk := resp.GetBlock(tp.topic, tp.partition)
 			if blk == nil {
@@ -140,7 +155,7 @@ func fetchCommitted(cl sarama.Client, group string, parts []topicPartition) (map
 				return nil, fmt.Errorf("committed offset of %s: %w", tp, blk.Err)
 			}
 			if blk.Offset >= 0 {
-				out[tp] = blk.Offset
+				out[tp] = blk
 			}
 		}
 		return out, nil

@@ -1,0 +1,219 @@
+package kafka
+
+import (
+	"context"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/expr"
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+// TestExchangeWatermarks: a reader's watermark is the minimum over its
+// partitions and every upstream task: nothing until each task reported in
+// each partition, held by the slowest one; an idle task is left out until
+// it reports a watermark again, and when all are idle the reader is idle.
+func TestExchangeWatermarks(t *testing.T) {
+	w := newWatermarks(2, 3)
+	current := func() int64 {
+		wm, idle := w.current()
+		require.False(t, idle)
+		return wm
+	}
+	require.Equal(t, pipeline.MinWatermark, current())
+	for task := range 3 {
+		w.observe(0, task, 100, false)
+	}
+	require.Equal(t, pipeline.MinWatermark, current(), "partition 1 has heard from no task")
+	w.observe(1, 0, 200, false)
+	w.observe(1, 1, 300, false)
+	require.Equal(t, pipeline.MinWatermark, current(), "task 2 has not reported in partition 1: a window after the exchange must not fire")
+	w.observe(1, 2, 150, false)
+	require.Equal(t, int64(100), current())
+	for task := range 3 {
+		w.observe(0, task, 400, false)
+	}
+	require.Equal(t, int64(150), current(), "task 2 in partition 1 holds the watermark")
+	w.observe(1, 2, 120, false)
+	require.Equal(t, int64(150), current(), "a marker never moves a task back")
+
+	// Task 2 goes idle (its partitions have nothing to read): it no
+	// longer holds the watermark.
+	w.observe(1, 2, 150, true)
+	w.observe(0, 2, 400, true)
+	require.Equal(t, int64(200), current())
+	// It is active again: it counts again.
+	w.observe(1, 2, 160, false)
+	require.Equal(t, int64(160), current())
+
+	all := newWatermarks(1, 2)
+	all.observe(0, 0, 10, true)
+	all.observe(0, 1, 20, true)
+	_, idle := all.current()
+	require.True(t, idle, "every upstream task is idle: the reader is idle")
+	// A task of another pipeline's numbering (out of range) is ignored.
+	all.observe(0, 7, 99, false)
+	_, idle = all.current()
+	require.True(t, idle)
+}
+
+// TestExchangeMarker: markers round-trip; a value of another size is an
+// error.
+func TestExchangeMarker(t *testing.T) {
+	for _, m := range []marker{{task: 2, wm: 1234}, {task: 0, wm: pipeline.MinWatermark, idle: true}} {
+		got, err := decodeMarker(encodeMarker(m))
+		require.NoError(t, err)
+		require.Equal(t, m, got)
+	}
+	_, err := decodeMarker([]byte{1, 2, 3})
+	require.Error(t, err)
+	require.True(t, isMarker(&sarama.ConsumerMessage{Headers: []*sarama.RecordHeader{{Key: []byte(markerHeader)}}}))
+	require.False(t, isMarker(&sarama.ConsumerMessage{}))
+}
+
+// TestExchangeRecord: a record crosses an exchange with its fields (ints
+// as the expressions make them), event time and source metadata.
+func TestExchangeRecord(t *testing.T) {
+	r := pipeline.Record{Fields: map[string]any{"n": 3, "s": "x", "f": 1.5, "l": []any{1, "a"}, "m": map[string]any{"k": 2}},
+		Time: 42, Meta: &expr.Meta{Key: []byte("k"), Headers: map[string]string{"h": "v"}, Partition: 2, Offset: 7, Timestamp: 9}}
+	b, err := appendExchangeRecord(nil, &r)
+	require.NoError(t, err)
+	got, err := decodeExchangeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, r, got)
+	_, err = decodeExchangeRecord([]byte{0xff})
+	require.Error(t, err)
+}
+
+// fakeProducer is an AsyncProducer that acknowledges every message and
+// records the order they came in.
+type fakeProducer struct {
+	sarama.AsyncProducer
+	in        chan *sarama.ProducerMessage
+	successes chan *sarama.ProducerMessage
+	errors    chan *sarama.ProducerError
+	sent      chan string
+}
+
+func newFakeProducer() *fakeProducer {
+	p := &fakeProducer{in: make(chan *sarama.ProducerMessage), successes: make(chan *sarama.ProducerMessage, 64),
+		errors: make(chan *sarama.ProducerError), sent: make(chan string, 64)}
+	go func() {
+		for m := range p.in {
+			v, _ := m.Value.Encode()
+			p.sent <- string(v)
+			p.successes <- m
+		}
+		close(p.successes)
+		close(p.errors)
+	}()
+	return p
+}
+
+func (p *fakeProducer) Input() chan<- *sarama.ProducerMessage     { return p.in }
+func (p *fakeProducer) Successes() <-chan *sarama.ProducerMessage { return p.successes }
+func (p *fakeProducer) Errors() <-chan *sarama.ProducerError      { return p.errors }
+func (p *fakeProducer) AsyncClose()                               { close(p.in) }
+
+// TestTxnGate: what a writer writes after barrier N is held until N's
+// transaction committed; at barrier N+1 what is still held from after N
+// goes out first (N committed, or N+1 would not have come).
+func TestTxnGate(t *testing.T) {
+	p := newFakeProducer()
+	o := newOutput(p)
+	defer func() { require.NoError(t, o.close()) }()
+	g := txnGate{out: o}
+	ctx := context.Background()
+	send := func(v string) {
+		require.NoError(t, g.send(ctx, &sarama.ProducerMessage{Value: sarama.StringEncoder(v)}))
+	}
+	sent := func() []string {
+		require.NoError(t, o.flush(ctx))
+		var out []string
+		for {
+			select {
+			case v := <-p.sent:
+				out = append(out, v)
+			default:
+				return out
+			}
+		}
+	}
+	send("a")
+	require.Equal(t, []string{"a"}, sent(), "no barrier yet: sent at once")
+	c1, err := g.preCommit(ctx, 1)
+	require.NoError(t, err)
+	send("b")
+	require.Empty(t, sent(), "after barrier 1: held until its transaction committed")
+	require.NoError(t, g.commit(ctx, [][]byte{c1}))
+	require.Equal(t, []string{"b"}, sent())
+	send("c")
+	require.Equal(t, []string{"c"}, sent())
+
+	_, err = g.preCommit(ctx, 2)
+	require.NoError(t, err)
+	send("d")
+	c3, err := g.preCommit(ctx, 3) // complete(2) not seen yet: 2 completed before 3 was triggered
+	require.NoError(t, err)
+	send("e")
+	require.Equal(t, []string{"d"}, sent(), "what followed barrier 2 belongs to checkpoint 3")
+	require.NoError(t, g.commit(ctx, [][]byte{c3}))
+	require.Equal(t, []string{"e"}, sent())
+}
+
+// TestChangelogChunks: a key group's blob comes back from its pieces;
+// a key group whose piece 0 is a tombstone has no state; a missing piece
+// is an error, not a silently shorter state.
+func TestChangelogChunks(t *testing.T) {
+	piece := func(n int, data string) []byte { return append([]byte{0, 0, 0, byte(n)}, data...) }
+	last := map[chunkKey][]byte{
+		{1, 0}: piece(2, "ab"), {1, 1}: piece(2, "cd"),
+		{2, 0}: piece(1, "x"), {2, 1}: nil, // it had two pieces before
+		{3, 0}: nil,
+	}
+	blobs, pieces, err := joinChunks(last)
+	require.NoError(t, err)
+	require.Equal(t, map[int][]byte{1: []byte("abcd"), 2: []byte("x")}, blobs)
+	require.Equal(t, map[int]int{1: 2, 2: 1}, pieces)
+
+	_, _, err = joinChunks(map[chunkKey][]byte{{5, 0}: piece(3, "a"), {5, 1}: piece(3, "b")})
+	require.ErrorContains(t, err, "key group 5: piece 2 of 3 is missing")
+}
+
+// TestGroupPositions: the positions of group sources and exchange readers
+// give the offsets to commit and the metadata that carries event time to
+// the partition's next reader.
+func TestGroupPositions(t *testing.T) {
+	entries := []PositionEntry{{Topic: "t", Partition: 0, Next: 5, Stop: noStop}, {Topic: "t", Partition: 3, Next: 9, Stop: noStop}}
+	pos := EncodePosition(entries)
+
+	got, meta, err := decodeGroupPosition(encodeGroupPosition(pos, []int64{1234, pipeline.MinWatermark}))
+	require.NoError(t, err)
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"eddy-ts:1234", ""}, meta)
+	ts, ok := parseTimeMetadata(meta[0])
+	require.True(t, ok)
+	require.Equal(t, int64(1234), ts)
+
+	wms := [][]int64{{10, pipeline.MinWatermark, 30}, {40, 50, 60}}
+	got, meta, err = decodeGroupPosition(encodeExchangePosition(pos, wms))
+	require.NoError(t, err)
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"eddy-wm:10,,30", "eddy-wm:40,50,60"}, meta)
+	for i := range wms {
+		back, ok := parseWMListMetadata(meta[i], 3)
+		require.True(t, ok)
+		require.Equal(t, wms[i], back)
+	}
+	_, ok = parseWMListMetadata(meta[0], 2)
+	require.False(t, ok, "another number of upstream tasks: no watermarks to restore")
+
+	got, meta, err = decodeGroupPosition(pos)
+	require.NoError(t, err, "a kafka source position")
+	require.Equal(t, entries, got)
+	require.Equal(t, []string{"", ""}, meta)
+	_, _, err = decodeGroupPosition(encodeExchangePosition(pos, wms)[:len(pos)+4])
+	require.Error(t, err)
+}
