@@ -44,7 +44,9 @@ const groupFlushKey = "flush"
 // groupTest is the topics and input of a group test.
 type groupTest struct {
 	brokers, in, refOut, out string
-	env                      map[string]string
+	// real: a real broker (KAFKA_BROKERS), whose output kcat reads too.
+	real bool
+	env  map[string]string
 	// input is the records to produce, the flush records last.
 	input []*sarama.ProducerMessage
 }
@@ -53,9 +55,9 @@ type groupTest struct {
 // environment; the input is produced by produce.
 func newGroupTest(t *testing.T, name string) *groupTest {
 	t.Helper()
-	brokers, _ := kafkaBrokers(t)
+	brokers, real := kafkaBrokers(t)
 	run := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-	g := &groupTest{brokers: brokers, in: "in-" + run, refOut: "ref-" + run, out: "out-" + run}
+	g := &groupTest{brokers: brokers, real: real, in: "in-" + run, refOut: "ref-" + run, out: "out-" + run}
 	createTopic(t, brokers, g.in, 3)
 	createTopic(t, brokers, g.refOut, 3)
 	createTopic(t, brokers, g.out, 3)
@@ -108,10 +110,15 @@ func (g *groupTest) reference(t *testing.T) []string {
 }
 
 // committed returns the group's committed output without the flush key's
-// windows.
+// windows; on a real broker it also requires kcat, a client that is not
+// ours, to read the same at read_committed.
 func (g *groupTest) committed(t *testing.T) []string {
 	t.Helper()
-	return withoutKey(readCommitted(t, g.brokers, g.out), groupFlushKey)
+	got := withoutKey(readCommitted(t, g.brokers, g.out), groupFlushKey)
+	if g.real {
+		requireSameLines(t, got, withoutKey(kcatRead(t, g.brokers, g.out), groupFlushKey), "what kcat reads (read_committed) vs what our consumer reads")
+	}
+	return got
 }
 
 // withoutKey drops the output lines of key, and the sentinels of earlier

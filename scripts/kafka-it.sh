@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Integration tests against a real Apache Kafka 4.x broker.
 #
-#   scripts/kafka-it.sh                 # start a broker, run the Kafka tests, stop it
+#   scripts/kafka-it.sh                 # start a broker, run the Kafka and group-mode tests, stop it
 #   scripts/kafka-it.sh -run TestX -v   # extra arguments go to `go test`
 #   scripts/kafka-it.sh --start-only    # start a broker, print KAFKA_BROKERS=..., leave it running
 #   scripts/kafka-it.sh --stop          # stop the broker(s) that --start-only left running
@@ -325,7 +325,7 @@ export KAFKA_BROKERS=127.0.0.1:$port
 say "go test ${pkgs[*]} with KAFKA_BROKERS=$KAFKA_BROKERS"
 # In its own process group, so that the traps can stop it and its test
 # binaries (bash runs a trap only once a foreground command has finished).
-setsid go test -count=1 -timeout 20m -run 'Kafka' "${pkgs[@]}" "$@" &
+setsid go test -count=1 -timeout 20m -run 'Kafka|Group' "${pkgs[@]}" "$@" &
 test_pid=$!
 wait "$test_pid"
 test_pid=
