@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -21,9 +22,19 @@ func (t topicPartition) String() string { return fmt.Sprintf("%s[%d]", t.topic, 
 // sarama.OffsetOldest, sarama.OffsetNewest or a timestamp (epoch ms).
 type offsetQuery = int64
 
-// brokerAttempts is how often a request to partition leaders is tried,
-// refreshing the metadata in between (a leader moved).
-const brokerAttempts = 3
+// brokerAttempts is how often a request to partition leaders or a group
+// coordinator is tried, refreshing the metadata in between (a leader
+// moved, or a topic just created has no leader yet).
+const brokerAttempts = 6
+
+// brokerBackoff waits before attempt (1, 2, ...) of a request to a
+// broker: the client's metadata retry backoff, doubled each attempt, at
+// most 2s, so the attempts span the few seconds a new topic's leader
+// election or a coordinator's load can take.
+func brokerBackoff(cl sarama.Client, attempt int) {
+	d := cl.Config().Metadata.Retry.Backoff << (attempt - 1)
+	time.Sleep(min(d, 2*time.Second))
+}
 
 // listOffsets asks the partitions' leaders for the offset q(partition)
 // (ListOffsets, one request per leader). The newest offset is the last
@@ -35,6 +46,7 @@ func listOffsets(cl sarama.Client, iso sarama.IsolationLevel, parts []topicParti
 	var lastErr error
 	for attempt := 0; attempt < brokerAttempts && len(todo) > 0; attempt++ {
 		if attempt > 0 {
+			brokerBackoff(cl, attempt)
 			if err := cl.RefreshMetadata(topicsOf(todo)...); err != nil {
 				lastErr = err
 			}
@@ -125,6 +137,7 @@ func fetchCommittedBlocks(cl sarama.Client, group string, parts []topicPartition
 	var lastErr error
 	for attempt := 0; attempt < brokerAttempts; attempt++ {
 		if attempt > 0 {
+			brokerBackoff(cl, attempt)
 			_ = cl.RefreshCoordinator(group)
 		}
 		coord, err := cl.Coordinator(group)
@@ -169,6 +182,7 @@ func commitOffsets(cl sarama.Client, group string, offsets map[topicPartition]in
 	var lastErr error
 	for attempt := 0; attempt < brokerAttempts; attempt++ {
 		if attempt > 0 {
+			brokerBackoff(cl, attempt)
 			_ = cl.RefreshCoordinator(group)
 		}
 		coord, err := cl.Coordinator(group)
