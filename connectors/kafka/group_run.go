@@ -186,7 +186,11 @@ func (g *groupRun) startProducer() error {
 	pc.Producer.Flush.Bytes = 1 << 20
 	pc.Net.MaxOpenRequests = 1
 	pc.Producer.Transaction.ID = gp.Group.ID + "-" + g.run.ProcessID
-	pc.Producer.Transaction.Timeout = max(time.Minute, 10*gp.Group.CommitInterval.D())
+	// The brokers abort a transaction open longer than this: a commit
+	// that slow fails the generation, and a process that dies holds the
+	// read_committed readers of what it wrote until then (or until it is
+	// started again with the same state directory, which fences it).
+	pc.Producer.Transaction.Timeout = gp.Group.TransactionTimeout.D()
 	pc.Producer.Transaction.Retry.Max = 250
 	pc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
 	if g.producer, err = sarama.NewAsyncProducer(g.cfg.Brokers, pc); err != nil {
