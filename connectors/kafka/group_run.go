@@ -54,6 +54,7 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 		run.Logger.Info("created the internal topics", "topics", created)
 	}
 	g := &groupRun{cfg: c, run: run, logger: run.Logger}
+	g.purge = newPurger(g)
 	if err := g.connect(); err != nil {
 		g.close()
 		return err
@@ -108,6 +109,8 @@ type groupRun struct {
 	tasks map[*pipeline.GroupStage]int
 
 	gen *generation
+	// purge deletes the repartition records the generations committed.
+	purge *purger
 	// failed is the error of a job that failed: the run ends with it.
 	failed error
 }
@@ -240,6 +243,7 @@ func (g *groupRun) close() {
 func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	gen := newGeneration(g, sess)
 	g.gen = gen
+	g.purge.begin(gen)
 	g.logger.Info("group generation", "generation", sess.GenerationID(), "member", sess.MemberID(), "assigned", gen.describe())
 	g.run.Generation(pipeline.GroupGenerationInfo{Member: sess.MemberID(), Generation: sess.GenerationID(), Assigned: gen.assigned})
 	restore, err := gen.readChangelogs(sess.Context())
@@ -309,6 +313,7 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 		}
 		g.run.EndGeneration(gen.job, gen.jobErr)
 	}
+	g.purge.end(gen)
 	if err := g.endTransaction(); err != nil {
 		return g.fail(fmt.Errorf("end the generation's open transaction: %w", err))
 	}
