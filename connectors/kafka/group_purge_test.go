@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,38 +27,11 @@ const purgeBase = 1_700_000_000_000
 func TestKafkaGroupPurge(t *testing.T) {
 	brokers := testBrokers(t)
 	src := testTopic(t, brokers, 2)
-	out := testTopic(t, brokers, 1)
+	out := src + "-out"
+	require.NoError(t, testAdmin(t, brokers).CreateTopic(out, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false))
 	id := src + "-g"
 	exchange := id + "-per_user-repartition"
-	text := fmt.Sprintf(`
-version: 1
-name: purge
-max_parallelism: 4
-group:
-  brokers: [%[1]s]
-  id: %[2]s
-  commit_interval: 50ms
-  purge_interval: 1ms
-  replication_factor: 1
-sources:
-  - id: in
-    type: kafka
-    brokers: [%[1]s]
-    topics: [%[3]s]
-    event_time: ts
-    watermark: {max_out_of_orderness: 0}
-steps:
-  - id: per_user
-    key_by: user
-    window: {type: tumbling, size: 10s}
-    aggregate: {n: count()}
-sinks:
-  - id: out
-    type: kafka
-    brokers: [%[1]s]
-    topic: %[4]s
-    key: user
-`, strings.Join(brokers, ", "), id, src, out)
+	text := groupPipelineText(brokers, id, src, 4, "  commit_interval: 50ms\n  purge_interval: 1ms")
 	// 200 records of ten users in the window [base, base+10s), then in
 	// each partition a record a minute later, which fires that window.
 	var msgs []*sarama.ProducerMessage
@@ -71,7 +43,7 @@ sinks:
 	}
 	produce(t, brokers, msgs...)
 
-	spec, err := pipeline.Load(pipeline.Default, "purge.yaml", []byte(text))
+	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(text))
 	require.NoError(t, err)
 	metrics := pipeline.NewMetrics()
 	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir(), Metrics: metrics})
