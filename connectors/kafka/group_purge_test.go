@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,15 +46,8 @@ func TestKafkaGroupPurge(t *testing.T) {
 	}
 	produce(t, brokers, msgs...)
 
-	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(text))
-	require.NoError(t, err)
-	metrics := pipeline.NewMetrics()
-	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir(), Metrics: metrics})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(ctx) }()
+	run := startGroupRun(t, text)
+	ran, metrics := run.ran, run.metrics
 
 	want := map[string]string{}
 	for u := range 10 {
@@ -84,8 +80,7 @@ func TestKafkaGroupPurge(t *testing.T) {
 		}
 		return true
 	})
-	cancel()
-	require.NoError(t, <-ran)
+	require.NoError(t, run.stop())
 
 	// The process stopped, and with it its purges: nothing it has not
 	// committed is gone, and the counter counts every record that is.
@@ -98,6 +93,71 @@ func TestKafkaGroupPurge(t *testing.T) {
 	}
 	require.Equal(t, float64(deleted), counterValue(t, metrics, "eddy_group_purged_records_total"))
 	require.Zero(t, counterValue(t, metrics, "eddy_group_purge_errors_total"))
+}
+
+// groupRunning is a group run of a pipeline file in the test process.
+type groupRunning struct {
+	ran      chan error
+	cancel   context.CancelFunc
+	metrics  *pipeline.Metrics
+	stateDir string
+}
+
+// startGroupRun starts a process of the group file text; the test's end
+// stops it.
+func startGroupRun(t *testing.T, text string) *groupRunning {
+	t.Helper()
+	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(text))
+	require.NoError(t, err)
+	g := &groupRunning{ran: make(chan error, 1), metrics: pipeline.NewMetrics(), stateDir: t.TempDir()}
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: g.stateDir, Metrics: g.metrics})
+	require.NoError(t, err)
+	var ctx context.Context
+	ctx, g.cancel = context.WithCancel(t.Context())
+	go func() { g.ran <- r.Run(ctx) }()
+	t.Cleanup(func() { _ = g.stop() })
+	return g
+}
+
+// stop leaves the group and returns what the run ended with.
+func (g *groupRunning) stop() error {
+	if g.cancel == nil {
+		return nil
+	}
+	g.cancel()
+	g.cancel = nil
+	return <-g.ran
+}
+
+// TestKafkaGroupTransactionTimeout: the process's transactional producer
+// gives the brokers group.transaction_timeout, which is how long the
+// transaction of a process that dies holds the read_committed readers of
+// what it wrote.
+func TestKafkaGroupTransactionTimeout(t *testing.T) {
+	brokers := testBrokers(t)
+	src := testTopic(t, brokers, 1)
+	id := src + "-g"
+	run := startGroupRun(t, groupPipelineText(brokers, id, src, 2, "  transaction_timeout: 7s"))
+	cl, err := sarama.NewClient(brokers, testSaramaConfig())
+	require.NoError(t, err)
+	defer cl.Close()
+	var st sarama.TransactionState
+	awaitGroup(t, run.ran, "the process's transactional id", func() bool {
+		pid, err := os.ReadFile(filepath.Join(run.stateDir, "group-process-id"))
+		if err != nil {
+			return false // not written yet
+		}
+		txnID := id + "-" + strings.TrimSpace(string(pid))
+		coord, err := cl.TransactionCoordinator(txnID)
+		require.NoError(t, err)
+		resp, err := coord.DescribeTransactions(&sarama.DescribeTransactionsRequest{TransactionalIDs: []string{txnID}})
+		require.NoError(t, err)
+		require.Len(t, resp.TransactionStates, 1)
+		st = resp.TransactionStates[0]
+		return st.ErrorCode == sarama.ErrNoError
+	})
+	require.Equal(t, 7*time.Second, st.TransactionTimeout)
+	require.NoError(t, run.stop())
 }
 
 // awaitGroup polls done until it holds, failing the test if the run ends
