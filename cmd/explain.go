@@ -66,7 +66,8 @@ is a stable structure for tools:
     "guarantee": {"level": "exactly-once|at-least-once|at-most-once",
                   "reasons": ["..."]},
     "group": {                      only with a group block
-      "id": "orders", "commit_interval": "1s", "replication_factor": 3,
+      "id": "orders", "commit_interval": "1s", "transaction_timeout": "10s",
+      "purge_interval": "30s", "replication_factor": 3,
       "partitions": 128,            of every internal topic: max_parallelism
       "stages": [{"index": 0, "nodes": ["a", "b"],
                   "inputs": [{"kind": "source", "source": "a", "topic": "t"},

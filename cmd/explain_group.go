@@ -14,9 +14,11 @@ import (
 
 // groupView is the "group" key of the json output.
 type groupView struct {
-	ID                string `json:"id"`
-	CommitInterval    string `json:"commit_interval"`
-	ReplicationFactor int    `json:"replication_factor"`
+	ID                 string `json:"id"`
+	CommitInterval     string `json:"commit_interval"`
+	TransactionTimeout string `json:"transaction_timeout"`
+	PurgeInterval      string `json:"purge_interval"`
+	ReplicationFactor  int    `json:"replication_factor"`
 	// Partitions is P, the partitions of every internal topic.
 	Partitions int              `json:"partitions"`
 	Stages     []stageView      `json:"stages"`
@@ -77,7 +79,8 @@ func newGroupView(plan *pipeline.Plan) (*groupView, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &groupView{ID: g.ID, CommitInterval: g.CommitInterval.D().String(), ReplicationFactor: g.ReplicationFactor,
+	v := &groupView{ID: g.ID, CommitInterval: g.CommitInterval.D().String(), TransactionTimeout: g.TransactionTimeout.D().String(),
+		PurgeInterval: g.PurgeInterval.D().String(), ReplicationFactor: g.ReplicationFactor,
 		Partitions: gp.Partitions, Stages: []stageView{}, Topics: []groupTopicView{}}
 	for _, s := range gp.Stages {
 		sv := stageView{Index: s.Index, Nodes: []string{}, Inputs: []stageInputView{}, Outputs: []string{}, Changelogs: []string{}}

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,6 +319,20 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 	require.Regexp(t, `eddy_source_pending_records\{id="events",subtask="0"\} \d`, string(b), "the lag of the process's source task")
 	require.Regexp(t, fmt.Sprintf(`eddy_source_pending_records\{id="from:%s-per_key-repartition",subtask="0"\} \d`, g.env["GROUP_ID"]), string(b),
 		"the lag of the process's reader of the exchange")
+
+	// The process deletes the exchange records it read and committed.
+	purged := regexp.MustCompile(`(?m)^eddy_group_purged_records_total (\S+)$`)
+	awaitProcess(t, p, "the process never purged the exchange", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Contains(t, string(b), "eddy_group_purge_errors_total 0")
+		m := purged.FindSubmatch(b)
+		require.NotNil(t, m, "the purged records are counted")
+		return string(m[1]) != "0"
+	})
 }
 
 // TestGroupRestart: a group process SIGKILLed mid-run, while part of
@@ -463,17 +478,24 @@ func (g *groupTest) finish(t *testing.T, want []string, what string, procs ...*g
 // if the process ends first.
 func awaitLog(t *testing.T, p *groupProcess, ok func(string) bool) {
 	t.Helper()
+	awaitProcess(t, p, "the log never showed what the test waits for", func() bool { return ok(p.stderr.String()) })
+}
+
+// awaitProcess polls ok until it holds, failing the test with what if
+// the process ends first.
+func awaitProcess(t *testing.T, p *groupProcess, what string, ok func() bool) {
+	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(runTimeout)
-	for !ok(p.stderr.String()) {
+	for !ok() {
 		select {
 		case <-tick.C:
 		case err := <-p.done:
 			p.done <- err
 			require.FailNow(t, "the process ended", "%v\n%s", err, p.stderr.String())
 		case <-deadline:
-			require.FailNow(t, "the log never showed what the test waits for", p.stderr.String())
+			require.FailNow(t, what, p.stderr.String())
 		}
 	}
 }

@@ -26,6 +26,15 @@ type GroupSpec struct {
 	CommitInterval Duration
 	// ReplicationFactor is the replication of the internal topics.
 	ReplicationFactor int
+	// TransactionTimeout is how long the brokers let a process's
+	// transaction stay open before they abort it: a commit slower than it
+	// fails, and the transaction of a process that died holds the
+	// read_committed readers of what it wrote for up to that long.
+	TransactionTimeout Duration
+	// PurgeInterval is how often, at most, a process deletes the records
+	// of the repartition partitions it reads that precede their committed
+	// offsets.
+	PurgeInterval Duration
 	// Client is the connection to the group's Kafka cluster: the block's
 	// other keys (brokers, tls, sasl, ...), decoded and validated by the
 	// group client the Env has registered.
@@ -37,21 +46,34 @@ type GroupSpec struct {
 // groupCommon holds the keys of the group block that are the group's own;
 // the others are the client's.
 type groupCommon struct {
-	ID                string   `yaml:"id"`
-	CommitInterval    Duration `yaml:"commit_interval"`
-	ReplicationFactor int      `yaml:"replication_factor"`
+	ID                 string   `yaml:"id"`
+	CommitInterval     Duration `yaml:"commit_interval"`
+	ReplicationFactor  int      `yaml:"replication_factor"`
+	TransactionTimeout Duration `yaml:"transaction_timeout"`
+	PurgeInterval      Duration `yaml:"purge_interval"`
 }
 
 // The defaults of the group block.
 const (
 	DefaultGroupCommitInterval    = time.Second
 	DefaultGroupReplicationFactor = 3
+	DefaultGroupPurgeInterval     = 30 * time.Second
+	// MaxGroupTransactionTimeout is the longest transaction_timeout:
+	// brokers refuse a longer one by default (transaction.max.timeout.ms).
+	MaxGroupTransactionTimeout = 15 * time.Minute
 	// maxTopicName is the longest topic name Kafka accepts.
 	maxTopicName = 249
 	// maxReplicationFactor is the largest replication factor Kafka's
 	// protocol carries (an int16).
 	maxReplicationFactor = 32767
 )
+
+// DefaultGroupTransactionTimeout is the transaction_timeout of a group
+// block without one: ten commit intervals, at least 10s (what Kafka
+// Streams uses under exactly-once) and at most MaxGroupTransactionTimeout.
+func DefaultGroupTransactionTimeout(commitInterval time.Duration) time.Duration {
+	return min(MaxGroupTransactionTimeout, max(10*time.Second, 10*commitInterval))
+}
 
 // GroupClientConfig is the Kafka connection of a group block: the keys of
 // the block besides id, commit_interval and replication_factor. A Kafka
@@ -135,9 +157,11 @@ func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
 		return
 	}
 	ownNode, rest := split(n, Keys(groupCommon{}))
-	c := groupCommon{ID: spec.Name, CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}
+	c := groupCommon{ID: spec.Name, CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor,
+		PurgeInterval: Duration(DefaultGroupPurgeInterval)}
 	p.decode(ownNode, reflect.ValueOf(&c).Elem(), "group")
 	g := &GroupSpec{ID: c.ID, CommitInterval: c.CommitInterval, ReplicationFactor: c.ReplicationFactor,
+		TransactionTimeout: c.TransactionTimeout, PurgeInterval: c.PurgeInterval,
 		Pos: Pos{File: p.file, Line: key.Line, Col: key.Column}}
 	at := func(key string) *yaml.Node {
 		if _, v := mappingValue(n, key); v != nil {
@@ -154,6 +178,10 @@ func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
 	if g.ReplicationFactor < 1 || g.ReplicationFactor > maxReplicationFactor {
 		p.at(at("replication_factor"), "group.replication_factor must be between 1 and %d (the replicas of each internal topic partition)", maxReplicationFactor)
 	}
+	p.checkTransactionTimeout(g, n, at)
+	if g.PurgeInterval <= 0 {
+		p.at(at("purge_interval"), "group.purge_interval must be positive")
+	}
 	newClient := env.GroupClient()
 	if newClient == nil {
 		p.at(n, "group mode needs a Kafka client, and this build registers none (import github.com/eddy-stream/eddy/connectors/kafka)")
@@ -163,6 +191,30 @@ func (p *problems) loadGroup(env *Env, root *yaml.Node, spec *Spec) {
 		p.loadConfig(rest, g.Client, "group")
 	}
 	spec.Group = g
+}
+
+// checkTransactionTimeout sets the group's transaction timeout to its
+// default when the block n has none, and reports one that is not longer
+// than the commit interval (each transaction spans a commit interval) or
+// longer than brokers allow by default.
+func (p *problems) checkTransactionTimeout(g *GroupSpec, n *yaml.Node, at func(string) *yaml.Node) {
+	if g.CommitInterval <= 0 {
+		return
+	}
+	ci := g.CommitInterval.D()
+	if _, v := mappingValue(n, "transaction_timeout"); v == nil {
+		g.TransactionTimeout = Duration(DefaultGroupTransactionTimeout(ci))
+		if g.TransactionTimeout.D() <= ci {
+			p.at(at("commit_interval"), "group.commit_interval %s is too long: a transaction spans a commit interval, and brokers abort one open longer than %s (transaction.max.timeout.ms): lower commit_interval", ci, MaxGroupTransactionTimeout)
+		}
+		return
+	}
+	switch tt := g.TransactionTimeout.D(); {
+	case tt <= ci:
+		p.at(at("transaction_timeout"), "group.transaction_timeout %s must be longer than group.commit_interval (%s): a transaction spans a commit interval, and the brokers abort one open longer than the timeout", tt, ci)
+	case tt > MaxGroupTransactionTimeout:
+		p.at(at("transaction_timeout"), "group.transaction_timeout %s is longer than brokers allow by default (transaction.max.timeout.ms, %s): lower it, or raise that setting on the brokers first", tt, MaxGroupTransactionTimeout)
+	}
 }
 
 // unknownGroupKeys reports the keys of rest, the group block less its own
@@ -278,10 +330,15 @@ func changelogTopic(id, step string) string { return id + "-" + step + "-changel
 // registered client's. An empty block is not allowed: it lacks brokers.
 func (g *schemaGen) groupSchema(e *Env) map[string]any {
 	s := g.object(reflect.TypeFor[groupCommon](), reflect.ValueOf(groupCommon{
-		CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor}))
+		CommitInterval: Duration(DefaultGroupCommitInterval), ReplicationFactor: DefaultGroupReplicationFactor,
+		PurgeInterval: Duration(DefaultGroupPurgeInterval)}))
 	props := s["properties"].(map[string]any)
 	props["id"] = withEnvRef(map[string]any{"type": "string", "pattern": idPattern.String(),
 		"description": "the consumer group and the prefix of the internal topics; default: the pipeline's name"})
+	props["transaction_timeout"] = withDescription(props["transaction_timeout"],
+		"how long brokers let a process's transaction stay open: longer than commit_interval, at most 15m; default: 10 commit intervals, at least 10s")
+	props["purge_interval"] = withDescription(props["purge_interval"],
+		"how often, at most, a process deletes the consumed records of the repartition topics it reads")
 	if newClient := e.GroupClient(); newClient != nil {
 		cfg := newClient()
 		client := g.object(reflect.TypeOf(cfg).Elem(), reflect.ValueOf(cfg).Elem())

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // The runtime of group mode (docs/group.md, "How it runs"). A process joins
@@ -159,7 +158,9 @@ func (r *GroupRun) generationSpec(gen GroupGeneration) (*Spec, error) {
 	spec.Parallelism = 1
 	cp := DefaultCheckpoint()
 	cp.Interval = gp.Group.CommitInterval
-	cp.Timeout = Duration(max(time.Minute, 10*gp.Group.CommitInterval.D()))
+	// A checkpoint is a transaction, which the brokers abort once it is
+	// open longer than the transaction timeout: a slower checkpoint fails.
+	cp.Timeout = gp.Group.TransactionTimeout
 	cp.OnSigterm = SigtermNone
 	spec.Checkpoint = &cp
 	spec.Restart = RestartSpec{Strategy: "none"}

@@ -11,8 +11,8 @@ import (
 
 // What a process of a group run reports (docs/group.md, "Operations"): its
 // membership (process id, member id, generation, assignment), the
-// rebalances it went through, and the restores of keyed state from the
-// changelogs; on /metrics as eddy_group_* series and in the status API as
+// rebalances it went through, the restores of keyed state from the
+// changelogs, and the purges of consumed repartition records; on /metrics as eddy_group_* series and in the status API as
 // the status's "group" object.
 
 // GroupStatus is a group run's part of the status.
@@ -33,6 +33,17 @@ type GroupStatus struct {
 	Assigned map[string][]int32 `json:"assigned"`
 	// Restore is the restore of keyed state of the generation.
 	Restore GroupRestore `json:"restore"`
+	// Purge counts the purges of consumed repartition records, over the
+	// generations.
+	Purge GroupPurge `json:"purge"`
+}
+
+// GroupPurge counts what the purges of consumed repartition records did.
+type GroupPurge struct {
+	// Records is the number of records they deleted; Errors the requests
+	// that failed.
+	Records int64 `json:"records"`
+	Errors  int64 `json:"errors"`
 }
 
 // GroupRestore is where the restore of a generation's keyed state stands.
@@ -59,6 +70,8 @@ type groupReport struct {
 	assigned       *prometheus.GaugeVec
 	restoreRecords prometheus.Counter
 	restoreSeconds prometheus.Gauge
+	purgedRecords  prometheus.Counter
+	purgeErrors    prometheus.Counter
 }
 
 func newGroupReport(m *Metrics, id, process string) *groupReport {
@@ -73,8 +86,12 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 			Help: "Changelog records read to restore keyed state, over the generations."}),
 		restoreSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_group_restore_seconds",
 			Help: "How long the last restore of keyed state from the changelogs took."}),
+		purgedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purged_records_total",
+			Help: "Records of the repartition topics this process read and committed that it deleted (DeleteRecords)."}),
+		purgeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purge_errors_total",
+			Help: "Requests to delete consumed repartition records (or to find the partitions' start first) that failed."}),
 	}
-	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds)
+	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds, r.purgedRecords, r.purgeErrors)
 	return r
 }
 
@@ -147,6 +164,30 @@ func (r *GroupRun) RestoreDone() {
 		g.st.Restore.DurationMS = d.Milliseconds()
 		g.restoreSeconds.Set(d.Seconds())
 	}
+}
+
+// Purged reports that a purge deleted n records of the repartition
+// partitions this process read. Safe from any goroutine.
+func (r *GroupRun) Purged(n int64) {
+	if r.report == nil || n <= 0 {
+		return
+	}
+	r.report.mu.Lock()
+	defer r.report.mu.Unlock()
+	r.report.st.Purge.Records += n
+	r.report.purgedRecords.Add(float64(n))
+}
+
+// PurgeFailed reports that a request of a purge failed. Safe from any
+// goroutine.
+func (r *GroupRun) PurgeFailed() {
+	if r.report == nil {
+		return
+	}
+	r.report.mu.Lock()
+	defer r.report.mu.Unlock()
+	r.report.st.Purge.Errors++
+	r.report.purgeErrors.Inc()
 }
 
 // status returns a copy of the group's status.

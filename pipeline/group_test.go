@@ -99,7 +99,9 @@ func loadGroup(t *testing.T, text string) *pipeline.GroupPlan {
 }
 
 // TestGroupBlockDefaults: id defaults to the name, commit_interval to 1s,
-// replication_factor to 3; brokers take ${VAR} and go to the client.
+// replication_factor to 3, transaction_timeout to ten commit intervals
+// (at least 10s, at most 15m), purge_interval to 30s; brokers take ${VAR}
+// and go to the client.
 func TestGroupBlockDefaults(t *testing.T) {
 	t.Setenv("GROUP_TEST_BROKERS", "k1:9092")
 	spec, err := pipeline.Load(groupEnv(), "g.yaml", []byte(`version: 1
@@ -115,6 +117,8 @@ sinks: [{type: topicsink}]
 	require.Equal(t, "orders", g.ID)
 	require.Equal(t, time.Second, g.CommitInterval.D())
 	require.Equal(t, 3, g.ReplicationFactor)
+	require.Equal(t, 10*time.Second, g.TransactionTimeout.D())
+	require.Equal(t, 30*time.Second, g.PurgeInterval.D())
 	require.Equal(t, pipeline.StringList{"k1:9092", "k2:9092"}, g.Client.(*testGroupClient).Brokers)
 	require.Equal(t, 3, g.Pos.Line)
 
@@ -128,6 +132,26 @@ sinks: [{type: topicsink}]
 	require.Equal(t, "shop", spec.Group.ID)
 	require.Equal(t, 250*time.Millisecond, spec.Group.CommitInterval.D())
 	require.Equal(t, 1, spec.Group.ReplicationFactor)
+	require.Equal(t, 10*time.Second, spec.Group.TransactionTimeout.D(), "ten commit intervals are less than 10s")
+
+	for _, tc := range []struct {
+		block        string
+		txn, purgeIv time.Duration
+	}{
+		{"commit_interval: 3s", 30 * time.Second, 30 * time.Second},
+		{"commit_interval: 5m", 15 * time.Minute, 30 * time.Second},
+		{"commit_interval: 2s, transaction_timeout: 5s, purge_interval: 1m", 5 * time.Second, time.Minute},
+	} {
+		spec, err = pipeline.Load(groupEnv(), "g.yaml", []byte(`version: 1
+name: orders
+group: {brokers: [k:1], `+tc.block+`}
+sources: [{type: topic, topics: [in]}]
+sinks: [{type: topicsink}]
+`))
+		require.NoError(t, err, tc.block)
+		require.Equal(t, tc.txn, spec.Group.TransactionTimeout.D(), tc.block)
+		require.Equal(t, tc.purgeIv, spec.Group.PurgeInterval.D(), tc.block)
+	}
 
 	spec, err = pipeline.Load(groupEnv(), "g.yaml", []byte("version: 1\nname: one\nsources: [{type: topic, topics: [in]}]\nsinks: [{type: topicsink}]\n"))
 	require.NoError(t, err)
@@ -147,6 +171,16 @@ func TestGroupBlockProblems(t *testing.T) {
 			"g.yaml:3:42: group.commit_interval must be positive"},
 		{"replication", "{brokers: [k:1], replication_factor: 0}", "[{type: topic, topics: [in]}]", "",
 			"g.yaml:3:45: group.replication_factor must be between 1 and 32767 (the replicas of each internal topic partition)"},
+		{"transaction timeout not above the commit interval", "{brokers: [k:1], commit_interval: 2s, transaction_timeout: 2s}", "[{type: topic, topics: [in]}]", "",
+			"g.yaml:3:67: group.transaction_timeout 2s must be longer than group.commit_interval (2s): a transaction spans a commit interval, and the brokers abort one open longer than the timeout"},
+		{"transaction timeout zero", "{brokers: [k:1], transaction_timeout: 0}", "[{type: topic, topics: [in]}]", "",
+			"g.yaml:3:46: group.transaction_timeout 0s must be longer than group.commit_interval (1s): a transaction spans a commit interval, and the brokers abort one open longer than the timeout"},
+		{"transaction timeout above the brokers' limit", "{brokers: [k:1], transaction_timeout: 16m}", "[{type: topic, topics: [in]}]", "",
+			"g.yaml:3:46: group.transaction_timeout 16m0s is longer than brokers allow by default (transaction.max.timeout.ms, 15m0s): lower it, or raise that setting on the brokers first"},
+		{"commit interval without room for a transaction", "{brokers: [k:1], commit_interval: 20m}", "[{type: topic, topics: [in]}]", "",
+			"g.yaml:3:42: group.commit_interval 20m0s is too long: a transaction spans a commit interval, and brokers abort one open longer than 15m0s (transaction.max.timeout.ms): lower commit_interval"},
+		{"purge interval", "{brokers: [k:1], purge_interval: 0}", "[{type: topic, topics: [in]}]", "",
+			"g.yaml:3:41: group.purge_interval must be positive"},
 		{"no brokers", "{id: x}", "[{type: topic, topics: [in]}]", "",
 			`g.yaml:3:8: group: missing required key "brokers"`},
 		{"empty", "", "[{type: topic, topics: [in]}]", "",
@@ -550,8 +584,11 @@ func TestGroupRunNeedsStateDir(t *testing.T) {
 func TestGroupSchema(t *testing.T) {
 	obj := groupEnv().Schema()["properties"].(map[string]any)["group"].(map[string]any)
 	props := obj["properties"].(map[string]any)
-	for _, k := range []string{"id", "commit_interval", "replication_factor", "brokers"} {
+	for _, k := range []string{"id", "commit_interval", "replication_factor", "transaction_timeout", "purge_interval", "brokers"} {
 		require.Contains(t, props, k)
 	}
+	require.Equal(t, "30s", props["purge_interval"].(map[string]any)["default"])
+	require.NotContains(t, props["transaction_timeout"], "default", "its default follows commit_interval")
+	require.Contains(t, props["transaction_timeout"].(map[string]any)["description"], "10 commit intervals")
 	require.Equal(t, []string{"brokers"}, obj["required"])
 }

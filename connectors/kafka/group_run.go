@@ -54,6 +54,7 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 		run.Logger.Info("created the internal topics", "topics", created)
 	}
 	g := &groupRun{cfg: c, run: run, logger: run.Logger}
+	g.purge = newPurger(g)
 	if err := g.connect(); err != nil {
 		g.close()
 		return err
@@ -108,6 +109,8 @@ type groupRun struct {
 	tasks map[*pipeline.GroupStage]int
 
 	gen *generation
+	// purge deletes the repartition records the generations committed.
+	purge *purger
 	// failed is the error of a job that failed: the run ends with it.
 	failed error
 }
@@ -186,7 +189,11 @@ func (g *groupRun) startProducer() error {
 	pc.Producer.Flush.Bytes = 1 << 20
 	pc.Net.MaxOpenRequests = 1
 	pc.Producer.Transaction.ID = gp.Group.ID + "-" + g.run.ProcessID
-	pc.Producer.Transaction.Timeout = max(time.Minute, 10*gp.Group.CommitInterval.D())
+	// The brokers abort a transaction open longer than this: a commit
+	// that slow fails the generation, and a process that dies holds the
+	// read_committed readers of what it wrote until then (or until it is
+	// started again with the same state directory, which fences it).
+	pc.Producer.Transaction.Timeout = gp.Group.TransactionTimeout.D()
 	pc.Producer.Transaction.Retry.Max = 250
 	pc.Producer.Transaction.Retry.Backoff = 20 * time.Millisecond
 	if g.producer, err = sarama.NewAsyncProducer(g.cfg.Brokers, pc); err != nil {
@@ -236,6 +243,7 @@ func (g *groupRun) close() {
 func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	gen := newGeneration(g, sess)
 	g.gen = gen
+	g.purge.begin(gen)
 	g.logger.Info("group generation", "generation", sess.GenerationID(), "member", sess.MemberID(), "assigned", gen.describe())
 	g.run.Generation(pipeline.GroupGenerationInfo{Member: sess.MemberID(), Generation: sess.GenerationID(), Assigned: gen.assigned})
 	restore, err := gen.readChangelogs(sess.Context())
@@ -305,6 +313,7 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 		}
 		g.run.EndGeneration(gen.job, gen.jobErr)
 	}
+	g.purge.end(gen)
 	if err := g.endTransaction(); err != nil {
 		return g.fail(fmt.Errorf("end the generation's open transaction: %w", err))
 	}

@@ -138,6 +138,11 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	if err := g.producer.CommitTxn(); err != nil {
 		return fmt.Errorf("checkpoint %d: commit the transaction: %w", w.id, err)
 	}
+	// The offsets are committed: the records before them in the
+	// repartition partitions are read for good.
+	w.mu.Lock()
+	g.purge.commit(w.gen, w.offsets)
+	w.mu.Unlock()
 	if err := g.producer.BeginTxn(); err != nil {
 		return fmt.Errorf("checkpoint %d: begin the next transaction: %w", w.id, err)
 	}

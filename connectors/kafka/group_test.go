@@ -18,19 +18,36 @@ import (
 // partitions each.
 func groupPipeline(t *testing.T, brokers []string, id, topic string, maxPar int) *pipeline.GroupPlan {
 	t.Helper()
-	text := fmt.Sprintf(`
+	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(groupPipelineText(brokers, id, topic, maxPar, "")))
+	require.NoError(t, err)
+	plan, err := pipeline.Compile(spec)
+	require.NoError(t, err)
+	gp, err := pipeline.NewGroupPlan(plan)
+	require.NoError(t, err)
+	return gp
+}
+
+// groupPipelineText is the file of groupPipeline, whose group block has
+// the keys of groupKeys too (lines indented by two): it reads topic with
+// event time ts, counts each user's records per 10s window and writes
+// the counts to <topic>-out, keyed by user.
+func groupPipelineText(brokers []string, id, topic string, maxPar int, groupKeys string) string {
+	return fmt.Sprintf(`
 version: 1
 name: groupy
-max_parallelism: %d
+max_parallelism: %[1]d
 group:
   brokers: [%[2]s]
-  id: %s
+  id: %[3]s
   replication_factor: 1
+%[5]s
 sources:
   - id: in
     type: kafka
     brokers: [%[2]s]
-    topics: [%s]
+    topics: [%[4]s]
+    event_time: ts
+    watermark: {max_out_of_orderness: 0}
 steps:
   - id: per_user
     key_by: user
@@ -41,14 +58,8 @@ sinks:
     type: kafka
     brokers: [%[2]s]
     topic: %[4]s-out
-`, maxPar, strings.Join(brokers, ", "), id, topic)
-	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(text))
-	require.NoError(t, err)
-	plan, err := pipeline.Compile(spec)
-	require.NoError(t, err)
-	gp, err := pipeline.NewGroupPlan(plan)
-	require.NoError(t, err)
-	return gp
+    key: user
+`, maxPar, strings.Join(brokers, ", "), id, topic, groupKeys)
 }
 
 // groupAdminOf connects the admin of a group plan's client, closed at the
