@@ -24,11 +24,15 @@ import (
 
 // BlobItem is an entry or a timer of a key group's blob as a changelog
 // holds it: Key names it within its key group, Value is its encoding, nil
-// for an entry that a delta blob deletes. Timer tells a timer from an
-// entry.
+// for an entry that a delta blob deletes.
 type BlobItem struct {
 	Key, Value []byte
-	Timer      bool
+}
+
+// IsTimerItem reports whether key is the key of a timer's item (else it
+// is an entry's, or no item's).
+func IsTimerItem(key []byte) bool {
+	return len(key) > 1 && key[0] == majorArray<<5|6 && key[1] == 2
 }
 
 // timerItemValue is the value of every timer item: a timer is its key.
@@ -80,7 +84,7 @@ func BlobItems(blob []byte, fn func(BlobItem) error) (kg int, delta bool, err er
 			key = AppendCBORInt(key, t.TS)
 			key = appendText(key, t.Key)
 			key = appendText(key, t.NS)
-			if err := fn(BlobItem{Key: key, Value: timerItemValue, Timer: true}); err != nil {
+			if err := fn(BlobItem{Key: key, Value: timerItemValue}); err != nil {
 				return kg, delta, err
 			}
 		}
@@ -148,7 +152,7 @@ func (g *mergedGroup) addItem(it BlobItem) error {
 	kind := d.uint()
 	switch {
 	case d.err != nil:
-	case kind == 1 && n == 4 && !it.Timer:
+	case kind == 1 && n == 4:
 		name, key, ns := d.str(false), d.str(false), d.str(false)
 		v := wireDecoder{b: it.Value}
 		v.items("entry value", 3)
@@ -176,7 +180,7 @@ func (g *mergedGroup) addItem(it BlobItem) error {
 			break
 		}
 		g.states[j].entries = append(g.states[j].entries, wireEntry{Key: key, NS: ns, TS: ts, Value: slices.Clone(value)})
-	case kind == 2 && n == 6 && it.Timer:
+	case kind == 2 && n == 6:
 		name := d.str(false)
 		t := wireTimer{Domain: Domain(d.small()), TS: d.int(), Key: d.str(false), NS: d.str(false)}
 		if d.err == nil && t.Domain > ProcessingTime {
@@ -191,7 +195,7 @@ func (g *mergedGroup) addItem(it BlobItem) error {
 		}
 		g.timers[j].Timers = append(g.timers[j].Timers, t)
 	default:
-		d.fail("an item key of %d parts, kind %d (timer: %t)", n, kind, it.Timer)
+		d.fail("an item key of %d parts, kind %d", n, kind)
 	}
 	if d.err == nil && len(d.b) > 0 {
 		d.fail("%d bytes after the item key", len(d.b))

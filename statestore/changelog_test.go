@@ -31,15 +31,14 @@ func (l itemLog) apply(t testing.TB, part []byte, full bool) {
 			items = map[string]statestore.BlobItem{}
 			l[group] = items
 		}
-		timers := map[string]bool{}
 		seen := map[string]bool{}
 		kg, delta, err := statestore.BlobItems(blob, func(it statestore.BlobItem) error {
 			k := string(it.Key)
-			seen[k], timers[k] = true, it.Timer
+			seen[k] = true
 			if it.Value == nil {
 				delete(items, k)
 			} else {
-				items[k] = statestore.BlobItem{Key: it.Key, Value: bytes.Clone(it.Value), Timer: it.Timer}
+				items[k] = statestore.BlobItem{Key: it.Key, Value: bytes.Clone(it.Value)}
 			}
 			return nil
 		})
@@ -47,7 +46,7 @@ func (l itemLog) apply(t testing.TB, part []byte, full bool) {
 		require.Equal(t, group, kg)
 		require.Equal(t, !full, delta, "key group %d: the blob's flag", kg)
 		for k, it := range items {
-			if !seen[k] && (full || it.Timer) {
+			if !seen[k] && (full || statestore.IsTimerItem(it.Key)) {
 				delete(items, k)
 			}
 		}
@@ -56,7 +55,7 @@ func (l itemLog) apply(t testing.TB, part []byte, full bool) {
 	require.NoError(t, err)
 	for group, items := range l {
 		for k, it := range items {
-			if !inPart[group] && (full || it.Timer) {
+			if !inPart[group] && (full || statestore.IsTimerItem(it.Key)) {
 				delete(items, k)
 			}
 		}
@@ -91,7 +90,7 @@ func TestBlobItemsRoundTrip(t *testing.T) {
 			var items []statestore.BlobItem
 			kg, delta, err := statestore.BlobItems(blob, func(it statestore.BlobItem) error {
 				items = append(items, it)
-				if it.Timer {
+				if statestore.IsTimerItem(it.Key) {
 					timers++
 				}
 				return nil
@@ -133,8 +132,10 @@ func TestItemsBlobRejects(t *testing.T) {
 	require.ErrorIs(t, err, statestore.ErrCorrupt)
 	_, err = statestore.ItemsBlob(0, []statestore.BlobItem{{Key: []byte("k1"), Value: items[0].Value}})
 	require.ErrorIs(t, err, statestore.ErrCorrupt)
-	_, err = statestore.ItemsBlob(0, []statestore.BlobItem{{Key: items[0].Key, Value: items[0].Value, Timer: true}})
-	require.ErrorIs(t, err, statestore.ErrCorrupt, "an entry's key as a timer's")
+	_, err = statestore.ItemsBlob(0, []statestore.BlobItem{{Key: items[0].Key, Value: []byte{0xf6}}})
+	require.ErrorIs(t, err, statestore.ErrCorrupt, "an entry with a timer's value")
+	require.False(t, statestore.IsTimerItem(items[0].Key))
+	require.True(t, statestore.IsTimerItem(items[len(items)-1].Key))
 	bad := bytes.Clone(blob)
 	bad[len(bad)/2] ^= 1
 	_, _, err = statestore.BlobItems(bad, func(statestore.BlobItem) error { return nil })
