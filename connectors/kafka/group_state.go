@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -216,15 +217,12 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	if err != nil {
 		return nil, fmt.Errorf("restore: the end of the changelogs: %w", err)
 	}
-	consumer, err := sarama.NewConsumerFromClient(g.client)
+	starts, err := listOffsets(g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetOldest })
 	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+		return nil, fmt.Errorf("restore: the start of the changelogs: %w", err)
 	}
-	defer func() { _ = consumer.Close() }()
 	start := time.Now()
-	// The partitions are read at once: each ends with a quiet wait (the
-	// last offsets are transaction markers, which the consumer never
-	// hands out).
+	// The partitions are read at once.
 	type result struct {
 		tp   topicPartition
 		last map[string][]byte
@@ -234,11 +232,11 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	results := make(chan result, len(tps))
 	for _, tp := range tps {
 		go func() {
-			if ends[tp] <= 0 {
+			if ends[tp] <= starts[tp] {
 				results <- result{tp: tp}
 				return
 			}
-			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp], g.run.RestoreRead)
+			last, n, err := readPartitionTo(ctx, g.client, tp, starts[tp], ends[tp], g.run.RestoreRead)
 			results <- result{tp, last, n, err}
 		}()
 	}
@@ -279,56 +277,99 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	return r, nil
 }
 
-// quietProbe is how long a changelog partition delivers nothing before
-// the restore asks the broker whether records remain before its end.
-const quietProbe = 200 * time.Millisecond
+// restoreFetchBytes is what a restore's fetch asks for at first, per
+// partition; a record batch larger than that doubles it.
+const restoreFetchBytes = 4 << 20
 
-// readPartitionTo reads changelog partition tp from its start until offset
-// end (its last stable offset) and returns the last value of each key
-// (nil: a tombstone) and the number of records read. Offsets that
-// the consumer never hands out (transaction markers, aborted records) at
-// the end are found with a probe once the partition is quiet.
-func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64, read func(int)) (map[string][]byte, int, error) {
-	pc, err := consumer.ConsumePartition(tp.topic, tp.partition, sarama.OffsetOldest)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer func() { _ = pc.Close() }()
+// readPartitionTo reads changelog partition tp from offset start until
+// offset end (its last stable offset) and returns the last value of each
+// key (nil: a tombstone) and the number of records read. It sends raw
+// fetch requests at read_committed and filters their record batches as a
+// consumer does (transaction markers, aborted transactions: scanVisible's
+// rules), so it knows it reached end even when the last offsets are
+// markers, which no consumer hands out.
+func readPartitionTo(ctx context.Context, cl sarama.Client, tp topicPartition, start, end int64, read func(int)) (map[string][]byte, int, error) {
 	last := map[string][]byte{}
 	n := 0
 	defer func() { read(n % 1024) }()
-	next := int64(0)
-	quiet := time.NewTimer(quietProbe)
-	defer quiet.Stop()
-	for next < end {
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case m := <-pc.Messages():
-			next = m.Offset + 1
-			if m.Offset >= end {
-				return last, n, nil
+	version := fetchVersion(cl.Config().Version)
+	size := int32(restoreFetchBytes)
+	for next := start; next < end; {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		b, err := cl.Leader(tp.topic, tp.partition)
+		if err != nil {
+			return nil, 0, fmt.Errorf("leader: %w", err)
+		}
+		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: 100, MaxBytes: size, Isolation: sarama.ReadCommitted}
+		if version >= 7 {
+			req.SessionEpoch = -1 // no fetch session
+		}
+		req.AddBlock(tp.topic, tp.partition, next, size, -1)
+		resp, err := b.Fetch(req)
+		if err != nil {
+			return nil, 0, fmt.Errorf("fetch at %d: %w", next, err)
+		}
+		blk := resp.GetBlock(tp.topic, tp.partition)
+		if blk == nil {
+			return nil, 0, fmt.Errorf("fetch at %d: no answer", next)
+		}
+		if !errors.Is(blk.Err, sarama.ErrNoError) {
+			return nil, 0, fmt.Errorf("fetch at %d: %w", next, blk.Err)
+		}
+		from := next
+		aborted := slices.Clone(blk.AbortedTransactions)
+		slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+		abortedPIDs := map[int64]bool{}
+		partial := false
+	batches:
+		for _, rs := range blk.RecordsSet {
+			if rs == nil {
+				continue
 			}
-			if _, _, _, err := parseChangelogKey(m.Key); err != nil {
-				return nil, 0, fmt.Errorf("offset %d: %w", m.Offset, err)
+			rb := rs.RecordBatch
+			switch {
+			case rs.MsgSet != nil:
+				return nil, 0, fmt.Errorf("%w: a legacy message set at %d", errChangelogRecord, next)
+			case rb == nil:
+				continue
+			case rb.PartialTrailingRecord:
+				partial = true
+				break batches
 			}
-			last[string(m.Key)] = m.Value
-			n++
-			if n%1024 == 0 {
-				read(1024)
+			for len(aborted) > 0 && aborted[0].FirstOffset <= rb.LastOffset() {
+				abortedPIDs[aborted[0].ProducerID] = true
+				aborted = aborted[1:]
 			}
-			quiet.Reset(quietProbe)
-		case e := <-pc.Errors():
-			return nil, 0, e.Err
-		case <-quiet.C:
-			visible, err := visibleBefore(cl, sarama.ReadCommitted, tp, next, end)
-			if err != nil {
-				return nil, 0, err
+			switch {
+			case rb.Control:
+				if len(rb.Records) > 0 && isAbortMarker(rb.Records[0].Key) {
+					delete(abortedPIDs, rb.ProducerID)
+				}
+			case rb.IsTransactional && abortedPIDs[rb.ProducerID]:
+			default:
+				for _, r := range rb.Records {
+					off := rb.FirstOffset + r.OffsetDelta
+					if off < next || off >= end {
+						continue
+					}
+					if _, _, _, err := parseChangelogKey(r.Key); err != nil {
+						return nil, 0, fmt.Errorf("offset %d: %w", off, err)
+					}
+					last[string(r.Key)] = r.Value
+					if n++; n%1024 == 0 {
+						read(1024)
+					}
+				}
 			}
-			if !visible {
-				return last, n, nil
+			next = max(next, rb.LastOffset()+1)
+		}
+		if next == from && (partial || blk.Partial) {
+			if size >= 1<<30 {
+				return nil, 0, fmt.Errorf("fetch at %d: a record batch larger than %d bytes", next, size)
 			}
-			quiet.Reset(quietProbe)
+			size *= 2
 		}
 	}
 	return last, n, nil
