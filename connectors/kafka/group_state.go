@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -285,9 +284,8 @@ const restoreFetchBytes = 4 << 20
 // offset end (its last stable offset) and returns the last value of each
 // key (nil: a tombstone) and the number of records read. It sends raw
 // fetch requests at read_committed and filters their record batches as a
-// consumer does (transaction markers, aborted transactions: scanVisible's
-// rules), so it knows it reached end even when the last offsets are
-// markers, which no consumer hands out.
+// consumer does (eachVisible), so it knows it reached end even when the
+// last offsets are markers, which no consumer hands out.
 func readPartitionTo(ctx context.Context, cl sarama.Client, tp topicPartition, start, end int64, read func(int)) (map[string][]byte, int, error) {
 	last := map[string][]byte{}
 	n := 0
@@ -319,51 +317,21 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, tp topicPartition, s
 			return nil, 0, fmt.Errorf("fetch at %d: %w", next, blk.Err)
 		}
 		from := next
-		aborted := slices.Clone(blk.AbortedTransactions)
-		slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-		abortedPIDs := map[int64]bool{}
-		partial := false
-	batches:
-		for _, rs := range blk.RecordsSet {
-			if rs == nil {
-				continue
+		var bad error
+		var partial bool
+		next, partial = eachVisible(blk, sarama.ReadCommitted, next, end, func(off int64, key, value []byte) bool {
+			if _, _, _, err := parseChangelogKey(key); err != nil {
+				bad = fmt.Errorf("offset %d: %w", off, err)
+				return false
 			}
-			rb := rs.RecordBatch
-			switch {
-			case rs.MsgSet != nil:
-				return nil, 0, fmt.Errorf("%w: a legacy message set at %d", errChangelogRecord, next)
-			case rb == nil:
-				continue
-			case rb.PartialTrailingRecord:
-				partial = true
-				break batches
+			last[string(key)] = value
+			if n++; n%1024 == 0 {
+				read(1024)
 			}
-			for len(aborted) > 0 && aborted[0].FirstOffset <= rb.LastOffset() {
-				abortedPIDs[aborted[0].ProducerID] = true
-				aborted = aborted[1:]
-			}
-			switch {
-			case rb.Control:
-				if len(rb.Records) > 0 && isAbortMarker(rb.Records[0].Key) {
-					delete(abortedPIDs, rb.ProducerID)
-				}
-			case rb.IsTransactional && abortedPIDs[rb.ProducerID]:
-			default:
-				for _, r := range rb.Records {
-					off := rb.FirstOffset + r.OffsetDelta
-					if off < next || off >= end {
-						continue
-					}
-					if _, _, _, err := parseChangelogKey(r.Key); err != nil {
-						return nil, 0, fmt.Errorf("offset %d: %w", off, err)
-					}
-					last[string(r.Key)] = r.Value
-					if n++; n%1024 == 0 {
-						read(1024)
-					}
-				}
-			}
-			next = max(next, rb.LastOffset()+1)
+			return true
+		})
+		if bad != nil {
+			return nil, 0, bad
 		}
 		if next == from && (partial || blk.Partial) {
 			if size >= 1<<30 {

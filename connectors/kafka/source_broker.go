@@ -296,6 +296,22 @@ func visibleBefore(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartitio
 // record in [from, stop), filtering like sarama's consumer does. next is the
 // offset after the last complete batch it looked at.
 func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from, stop int64) (visible bool, next int64) {
+	next, _ = eachVisible(blk, iso, from, stop, func(int64, []byte, []byte) bool {
+		visible = true
+		return false
+	})
+	return visible, next
+}
+
+// eachVisible calls fn, in order, with each record of the batches of a
+// fetch answer at an offset in [from, stop) that a consumer with
+// isolation iso is handed (filtering like sarama's consumer does: no
+// transaction markers, under read_committed no aborted transactions),
+// until fn returns false. next is the offset after the last complete batch
+// it looked at, at least from (when fn stopped it, from that batch's
+// start); partial tells it stopped at a batch the answer has only part
+// of.
+func eachVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from, stop int64, fn func(offset int64, key, value []byte) bool) (next int64, partial bool) {
 	next = from
 	aborted := slices.Clone(blk.AbortedTransactions)
 	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return int(a.FirstOffset - b.FirstOffset) })
@@ -307,8 +323,8 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		if rs.MsgSet != nil {
 			// Legacy message sets have no transactions: every message is visible.
 			for _, mb := range rs.MsgSet.Messages {
-				if mb.Offset >= next && mb.Offset < stop {
-					return true, next
+				if mb.Offset >= next && mb.Offset < stop && !fn(mb.Offset, mb.Msg.Key, mb.Msg.Value) {
+					return next, false
 				}
 				next = max(next, mb.Offset+1)
 			}
@@ -316,7 +332,7 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		}
 		rb := rs.RecordBatch
 		if rb == nil || rb.PartialTrailingRecord {
-			return false, next
+			return next, rb != nil
 		}
 		for len(aborted) > 0 && aborted[0].FirstOffset <= rb.LastOffset() {
 			abortedPIDs[aborted[0].ProducerID] = true
@@ -330,14 +346,14 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		case iso == sarama.ReadCommitted && rb.IsTransactional && abortedPIDs[rb.ProducerID]:
 		default:
 			for _, r := range rb.Records {
-				if off := rb.FirstOffset + r.OffsetDelta; off >= next && off < stop {
-					return true, next
+				if off := rb.FirstOffset + r.OffsetDelta; off >= next && off < stop && !fn(off, r.Key, r.Value) {
+					return next, false
 				}
 			}
 		}
 		next = max(next, rb.LastOffset()+1)
 	}
-	return false, next
+	return next, false
 }
 
 // isAbortMarker tells whether the key of a control record is an abort
