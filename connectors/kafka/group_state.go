@@ -290,31 +290,14 @@ func readPartitionTo(ctx context.Context, cl sarama.Client, tp topicPartition, s
 	last := map[string][]byte{}
 	n := 0
 	defer func() { read(n % 1024) }()
-	version := fetchVersion(cl.Config().Version)
 	size := int32(restoreFetchBytes)
 	for next := start; next < end; {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
 		}
-		b, err := cl.Leader(tp.topic, tp.partition)
+		blk, err := fetchFrom(cl, sarama.ReadCommitted, tp, next, size, 100)
 		if err != nil {
-			return nil, 0, fmt.Errorf("leader: %w", err)
-		}
-		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: 100, MaxBytes: size, Isolation: sarama.ReadCommitted}
-		if version >= 7 {
-			req.SessionEpoch = -1 // no fetch session
-		}
-		req.AddBlock(tp.topic, tp.partition, next, size, -1)
-		resp, err := b.Fetch(req)
-		if err != nil {
-			return nil, 0, fmt.Errorf("fetch at %d: %w", next, err)
-		}
-		blk := resp.GetBlock(tp.topic, tp.partition)
-		if blk == nil {
-			return nil, 0, fmt.Errorf("fetch at %d: no answer", next)
-		}
-		if !errors.Is(blk.Err, sarama.ErrNoError) {
-			return nil, 0, fmt.Errorf("fetch at %d: %w", next, blk.Err)
+			return nil, 0, err
 		}
 		from := next
 		var bad error

@@ -258,27 +258,10 @@ const probeBytes = 1 << 20
 // false only when it saw every offset up to stop; a fetch that returns
 // nothing (the broker has not got there yet) answers true, "wait".
 func visibleBefore(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartition, from, stop int64) (bool, error) {
-	version := fetchVersion(cl.Config().Version)
 	for from < stop {
-		b, err := cl.Leader(tp.topic, tp.partition)
+		blk, err := fetchFrom(cl, iso, tp, from, probeBytes, 0)
 		if err != nil {
-			return true, fmt.Errorf("leader of %s: %w", tp, err)
-		}
-		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: 0, MaxBytes: probeBytes, Isolation: iso}
-		if version >= 7 {
-			req.SessionEpoch = -1
-		}
-		req.AddBlock(tp.topic, tp.partition, from, probeBytes, -1)
-		resp, err := b.Fetch(req)
-		if err != nil {
-			return true, fmt.Errorf("fetch %s at %d: %w", tp, from, err)
-		}
-		blk := resp.GetBlock(tp.topic, tp.partition)
-		if blk == nil {
-			return true, fmt.Errorf("fetch %s at %d: no answer", tp, from)
-		}
-		if !errors.Is(blk.Err, sarama.ErrNoError) {
-			return true, fmt.Errorf("fetch %s at %d: %w", tp, from, blk.Err)
+			return true, err
 		}
 		visible, next := scanVisible(blk, iso, from, stop)
 		if visible {
@@ -290,6 +273,47 @@ func visibleBefore(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartitio
 		from = next
 	}
 	return false, nil
+}
+
+// fetchFrom fetches up to size bytes of partition tp from offset at, with
+// isolation iso and without a fetch session, from its leader, waiting up
+// to wait ms for a first byte; it tries brokerAttempts times, refreshing
+// the metadata in between (a leader that moved).
+func fetchFrom(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartition, at int64, size, wait int32) (*sarama.FetchResponseBlock, error) {
+	version := fetchVersion(cl.Config().Version)
+	var lastErr error
+	for attempt := range brokerAttempts {
+		if attempt > 0 {
+			brokerBackoff(cl, attempt)
+			if err := cl.RefreshMetadata(tp.topic); err != nil {
+				lastErr = err
+			}
+		}
+		b, err := cl.Leader(tp.topic, tp.partition)
+		if err != nil {
+			lastErr = fmt.Errorf("leader of %s: %w", tp, err)
+			continue
+		}
+		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: wait, MaxBytes: size, Isolation: iso}
+		if version >= 7 {
+			req.SessionEpoch = -1 // no fetch session
+		}
+		req.AddBlock(tp.topic, tp.partition, at, size, -1)
+		resp, err := b.Fetch(req)
+		if err != nil {
+			lastErr = fmt.Errorf("fetch %s at %d: %w", tp, at, err)
+			continue
+		}
+		switch blk := resp.GetBlock(tp.topic, tp.partition); {
+		case blk == nil:
+			lastErr = fmt.Errorf("fetch %s at %d: no answer", tp, at)
+		case !errors.Is(blk.Err, sarama.ErrNoError):
+			lastErr = fmt.Errorf("fetch %s at %d: %w", tp, at, blk.Err)
+		default:
+			return blk, nil
+		}
+	}
+	return nil, lastErr
 }
 
 // scanVisible looks at the record batches of a fetch answer for a visible
