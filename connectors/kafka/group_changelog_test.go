@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,8 +134,18 @@ func (h *changelogHarness) records() int {
 	for p := range h.maxPar {
 		tps = append(tps, topicPartition{topic, int32(p)})
 	}
-	ends, err := listOffsets(h.g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
-	require.NoError(t, err)
+	// A real broker writes a committed transaction's markers after the
+	// commit returns: the records are all readable once the last stable
+	// offsets reach the high-water marks (no transaction is open).
+	var ends map[topicPartition]int64
+	require.Eventually(t, func() bool {
+		var err error
+		ends, err = listOffsets(h.g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+		require.NoError(t, err)
+		hwms, err := listOffsets(h.g.client, sarama.ReadUncommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+		require.NoError(t, err)
+		return maps.Equal(ends, hwms)
+	}, time.Minute, 10*time.Millisecond, "the changelog's transactions end")
 	counts := make(chan int, len(tps))
 	for _, tp := range tps {
 		go func() {
