@@ -443,6 +443,11 @@ func TestGroupZombie(t *testing.T) {
 	zombie := startGroupProcess(t, file, t.TempDir(), g.env)
 	other := startGroupProcess(t, file, t.TempDir(), g.env)
 	awaitCommitted(t, g.brokers, g.out, 100, zombie, other)
+	// The zombie must hold partitions when it stops: its job committed a
+	// checkpoint. (Stopped while it joins, it stays a member of the
+	// generation it joins, and the other can commit the whole output in
+	// the generation before.)
+	awaitLog(t, zombie, func(log string) bool { return strings.Contains(log, `"msg":"checkpoint complete"`) })
 	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
 	g.produce(t, g.input[half:])
 	want := g.reference(t)

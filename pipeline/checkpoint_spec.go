@@ -53,6 +53,10 @@ type CheckpointSpec struct {
 	// last completed checkpoint's (docs/state.md, "Incremental
 	// checkpoints").
 	Incremental bool `yaml:"incremental"`
+	// changelog, with Incremental, sends the deltas to group mode's
+	// changelog topics (statestore.Options.Changelog): set by a group
+	// generation's spec, never by a file.
+	changelog bool
 	// OnSigterm is what `eddy run` does on SIGTERM.
 	OnSigterm SigtermAction `yaml:"on_sigterm"`
 }

@@ -162,6 +162,9 @@ func (r *GroupRun) generationSpec(gen GroupGeneration) (*Spec, error) {
 	// open longer than the transaction timeout: a slower checkpoint fails.
 	cp.Timeout = gp.Group.TransactionTimeout
 	cp.OnSigterm = SigtermNone
+	// The keyed state's snapshots are deltas on the last commit's: the
+	// changelogs get the entries that changed (docs/group.md, "State").
+	cp.Incremental, cp.changelog = true, true
 	spec.Checkpoint = &cp
 	spec.Restart = RestartSpec{Strategy: "none"}
 	spec.Sources, spec.Steps, spec.Sinks = nil, nil, nil

@@ -276,6 +276,7 @@ func (s *stage) keyedState() (statestore.Backend, error) {
 		Clock:     nowMillis,
 
 		Incremental: s.spec.Checkpoint != nil && s.spec.Checkpoint.Incremental,
+		Changelog:   s.spec.Checkpoint != nil && s.spec.Checkpoint.changelog,
 	}
 	var (
 		b   statestore.Backend

@@ -29,6 +29,12 @@ type Options struct {
 	// then keeps track of what its writes change (docs/state.md,
 	// "Incremental checkpoints").
 	Incremental bool
+	// Changelog, with Incremental, says that the deltas are appended to a
+	// changelog that holds the state they apply to (group mode's changelog
+	// topics), not chained into checkpoint parts that a restore merges: a
+	// snapshot is a delta on the base however many deltas and bytes
+	// follow the chain's last full snapshot.
+	Changelog bool
 }
 
 func (o *Options) validate() error {

@@ -228,6 +228,7 @@ func NewBolt(opts BoltOptions) (*Bolt, error) {
 		dir: opts.Dir, limit: opts.CacheEntries,
 		states: map[string]boltRegistered{}, pending: map[string]Kind{}, mem: mem,
 		restored: map[int]bool{}, snaps: map[*boltSnap]struct{}{}, incremental: opts.Incremental,
+		chain: deltaChain{unbounded: opts.Changelog},
 	}
 	if b.dir == "" {
 		if b.dir, err = os.MkdirTemp("", "eddy-state-"); err != nil {

@@ -21,7 +21,7 @@ import (
 // restore: the layout), while restored states wait to be registered, when
 // the base's chain holds maxDeltaChain deltas, or when the deltas since the
 // chain's full snapshot add up to its size: a restore reads the whole
-// chain.
+// chain (unless the deltas go to a changelog, Options.Changelog).
 
 // maxDeltaChain bounds the deltas in a chain.
 const maxDeltaChain = 16
@@ -61,6 +61,9 @@ type snapRecord struct {
 type deltaChain struct {
 	base    *snapRecord   // the last completed one
 	records []*snapRecord // checkpoint snapshots not completed yet
+	// unbounded lifts the bounds on the chain (Options.Changelog): no
+	// restore reads it.
+	unbounded bool
 }
 
 // snapshot takes checkpoint id's snapshot with take, given its record:
@@ -70,7 +73,7 @@ type deltaChain struct {
 func (c *deltaChain) snapshot(id int64, seq, layout uint64, pending bool, take func(rec *snapRecord) (Snapshot, error)) (Snapshot, error) {
 	rec := &snapRecord{id: id, seq: seq, layout: layout}
 	if base := c.base; base != nil && base.layout == layout && !pending &&
-		base.chain < maxDeltaChain && base.deltaBytes < base.fullBytes {
+		(c.unbounded || base.chain < maxDeltaChain && base.deltaBytes < base.fullBytes) {
 		rec.base, rec.baseID = base, base.id
 	}
 	s, err := take(rec)

@@ -95,6 +95,7 @@ func NewMemory(opts Options) (*Memory, error) {
 		written:  make([]atomic.Uint64, opts.KeyGroups[1]-opts.KeyGroups[0]),
 
 		incremental: opts.Incremental,
+		chain:       deltaChain{unbounded: opts.Changelog},
 	}, nil
 }
 

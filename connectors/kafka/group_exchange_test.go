@@ -163,25 +163,6 @@ func TestTxnGate(t *testing.T) {
 	require.Equal(t, []string{"e"}, sent())
 }
 
-// TestChangelogChunks: a key group's blob comes back from its pieces;
-// a key group whose piece 0 is a tombstone has no state; a missing piece
-// is an error, not a silently shorter state.
-func TestChangelogChunks(t *testing.T) {
-	piece := func(n int, data string) []byte { return append([]byte{0, 0, 0, byte(n)}, data...) }
-	last := map[chunkKey][]byte{
-		{1, 0}: piece(2, "ab"), {1, 1}: piece(2, "cd"),
-		{2, 0}: piece(1, "x"), {2, 1}: nil, // it had two pieces before
-		{3, 0}: nil,
-	}
-	blobs, pieces, err := joinChunks(last)
-	require.NoError(t, err)
-	require.Equal(t, map[int][]byte{1: []byte("abcd"), 2: []byte("x")}, blobs)
-	require.Equal(t, map[int]int{1: 2, 2: 1}, pieces)
-
-	_, _, err = joinChunks(map[chunkKey][]byte{{5, 0}: piece(3, "a"), {5, 1}: piece(3, "b")})
-	require.ErrorContains(t, err, "key group 5: piece 2 of 3 is missing")
-}
-
 // TestGroupPositions: the positions of group sources and exchange readers
 // give the offsets to commit and the metadata that carries event time to
 // the partition's next reader.

@@ -338,10 +338,9 @@ type generation struct {
 	ready chan struct{}
 
 	restore *changelogRestore
-	// live is, per stateful step, the key groups whose changelog holds a
-	// blob (restored or written), and in how many pieces: the pieces a key
-	// group no longer has at the next checkpoint get tombstones.
-	live map[string]map[int]int
+	// held is what the changelogs hold of the assigned key groups
+	// (restored or written), and the last committed checkpoint.
+	held changelogHeld
 
 	job     *pipeline.Job
 	jobDone chan struct{}
@@ -352,7 +351,7 @@ var _ pipeline.GroupGeneration = (*generation)(nil)
 
 func newGeneration(g *groupRun, sess sarama.ConsumerGroupSession) *generation {
 	gen := &generation{g: g, sess: sess, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
-		ready: make(chan struct{}), jobDone: make(chan struct{}), live: map[string]map[int]int{}}
+		ready: make(chan struct{}), jobDone: make(chan struct{})}
 	for _, ps := range gen.assigned {
 		slices.Sort(ps)
 	}

@@ -1,9 +1,7 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,15 +15,15 @@ import (
 
 	"github.com/eddy-stream/eddy/checkpoint"
 	"github.com/eddy-stream/eddy/pipeline"
-	"github.com/eddy-stream/eddy/statestore"
 )
 
 // The checkpoints of a generation's job are Kafka transactions (txnStore),
-// and its keyed state lives in the changelog topics: a stateful step's
-// snapshot of key group g is one record in partition g of its changelog
-// (key: g, value: the key group's blob; a tombstone once it is empty). A
-// restore reads the assigned partitions of the changelogs to their end and
-// keeps the last record of each key group (changelogRestore).
+// and its keyed state lives in the changelog topics: each entry and timer
+// of a stateful step's key group g is a record in partition g of its
+// changelog (group_changelog.go). A checkpoint writes what changed since
+// the last commit; a restore reads the assigned partitions of the
+// changelogs to their end and keeps the last record of each key
+// (changelogRestore).
 
 // txnStore is the CheckpointStore of a generation: checkpoint N is the
 // open transaction, which Complete commits with the offsets the sources'
@@ -95,22 +93,25 @@ func parseTimeMetadata(m string) (int64, bool) {
 	return ts, err == nil
 }
 
-// Create takes the keyed state of a step (op/<step>/<subtask>): it is
-// written to the step's changelog when the part is closed.
+// Create takes the keyed state of a step (op/<step>/<subtask>): what
+// differs from what the step's changelog holds is written to it when the
+// part is closed. A delta (base not 0) must be on a checkpoint that the
+// generation committed: the changelog then holds the base's state with
+// the changes committed since, which the delta holds too.
 func (w *txnWriter) Create(part string, base int64) (checkpoint.PartWriter, error) {
 	kind, rest, _ := strings.Cut(part, "/")
 	step, _, _ := strings.Cut(rest, "/")
 	if kind != "op" {
 		return nil, fmt.Errorf("checkpoint %d: unexpected part %s", w.id, part)
 	}
-	if base != 0 {
+	if base < 0 || base > w.gen.held.lastCommitted() {
 		return nil, checkpoint.ErrDeltaBase
 	}
 	t := w.gen.changelogOf(step)
 	if t == nil {
 		return nil, fmt.Errorf("checkpoint %d: step %q keeps state but has no changelog topic", w.id, step)
 	}
-	return &changelogWriter{gen: w.gen, topic: t, step: step}, nil
+	return &changelogWriter{gen: w.gen, topic: t, step: step, delta: base != 0}, nil
 }
 
 // Complete commits the transaction with the checkpoint's offsets and the
@@ -143,6 +144,7 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	w.mu.Lock()
 	g.purge.commit(w.gen, w.offsets)
 	w.mu.Unlock()
+	w.gen.held.committed(w.id)
 	if err := g.producer.BeginTxn(); err != nil {
 		return fmt.Errorf("checkpoint %d: begin the next transaction: %w", w.id, err)
 	}
@@ -153,107 +155,6 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 // is tolerable in group mode), and the generation's end aborts the
 // transaction.
 func (w *txnWriter) Abort() error { return nil }
-
-// changelogWriter receives a step's snapshot stream and writes one record
-// per key group, plus a tombstone for each key group that had state and
-// has none now.
-type changelogWriter struct {
-	gen   *generation
-	topic *pipeline.InternalTopic
-	step  string
-	buf   bytes.Buffer
-}
-
-func (c *changelogWriter) Write(b []byte) (int, error) { return c.buf.Write(b) }
-
-// Abort drops what was written.
-func (c *changelogWriter) Abort() { c.buf.Reset() }
-
-// changelogChunk is the largest piece of a key group's blob in one
-// changelog record, below the default record size limits of brokers and
-// producers (1 MiB).
-const changelogChunk = 512 << 10
-
-// chunkKey is the key of piece chunk of key group group's blob.
-type chunkKey struct{ group, chunk int }
-
-// Close sends the records into the open transaction: each key group's
-// blob in pieces of changelogChunk bytes (key: group, piece; value: the
-// number of pieces, then the piece), and tombstones for the pieces the
-// key group had before and has no more.
-func (c *changelogWriter) Close() error {
-	g := c.gen.g
-	now := map[int]int{} // key group -> pieces
-	ctx := context.Background()
-	err := statestore.SplitBlobs(c.buf.Bytes(), func(group int, blob []byte) error {
-		n := max(1, (len(blob)+changelogChunk-1)/changelogChunk)
-		now[group] = n
-		for i := range n {
-			piece := blob[i*changelogChunk : min(len(blob), (i+1)*changelogChunk)]
-			if err := c.send(ctx, chunkKey{group, i}, binary.BigEndian.AppendUint32(nil, uint32(n)), piece); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("changelog of step %q: %w", c.step, err)
-	}
-	c.gen.mu.Lock()
-	live := c.gen.live[c.step]
-	c.gen.live[c.step] = now
-	c.gen.mu.Unlock()
-	for group, had := range live {
-		for i := now[group]; i < had; i++ {
-			if err := c.send(ctx, chunkKey{group, i}, nil, nil); err != nil {
-				return err
-			}
-		}
-	}
-	return g.out.failure()
-}
-
-// send writes a piece of a key group's blob, after head (nil, nil: a
-// tombstone), to the key group's partition.
-func (c *changelogWriter) send(ctx context.Context, k chunkKey, head, piece []byte) error {
-	o := c.gen.g.out
-	msg := o.newMessage()
-	msg.Topic = c.topic.Name
-	msg.Partition = int32(pipeline.KeyGroupPartition(k.group, c.gen.g.run.Plan.MaxParallelism, c.topic.Partitions))
-	key := binary.BigEndian.AppendUint32(make([]byte, 0, 8), uint32(k.group))
-	msg.Key = sarama.ByteEncoder(binary.BigEndian.AppendUint32(key, uint32(k.chunk)))
-	if head != nil {
-		msg.Value = sarama.ByteEncoder(append(append(make([]byte, 0, len(head)+len(piece)), head...), piece...))
-	}
-	return o.send(ctx, msg)
-}
-
-// joinChunks returns each key group's blob from the last piece records
-// of a changelog (nil values: tombstones) and how many pieces it has; a
-// key group whose pieces are not all there (none: it has no state) is
-// left out.
-func joinChunks(last map[chunkKey][]byte) (map[int][]byte, map[int]int, error) {
-	blobs, pieces := map[int][]byte{}, map[int]int{}
-	for k, v := range last {
-		if k.chunk != 0 || v == nil {
-			continue
-		}
-		if len(v) < 4 {
-			return nil, nil, fmt.Errorf("key group %d: a changelog record of %d bytes", k.group, len(v))
-		}
-		n := int(binary.BigEndian.Uint32(v))
-		var blob []byte
-		for i := range n {
-			p := last[chunkKey{k.group, i}]
-			if len(p) < 4 || int(binary.BigEndian.Uint32(p)) != n {
-				return nil, nil, fmt.Errorf("key group %d: piece %d of %d is missing from the changelog", k.group, i, n)
-			}
-			blob = append(blob, p[4:]...)
-		}
-		blobs[k.group], pieces[k.group] = blob, n
-	}
-	return blobs, pieces, nil
-}
 
 // changelogRestore is the keyed state of the generation's assigned
 // partitions read from the changelogs, as a checkpoint of one subtask per
@@ -320,29 +221,26 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	if err != nil {
 		return nil, fmt.Errorf("restore: the end of the changelogs: %w", err)
 	}
-	consumer, err := sarama.NewConsumerFromClient(g.client)
+	starts, err := listOffsets(g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetOldest })
 	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+		return nil, fmt.Errorf("restore: the start of the changelogs: %w", err)
 	}
-	defer func() { _ = consumer.Close() }()
 	start := time.Now()
-	// The partitions are read at once: each ends with a quiet wait (the
-	// last offsets are transaction markers, which the consumer never
-	// hands out).
+	// The partitions are read at once.
 	type result struct {
 		tp   topicPartition
-		last map[chunkKey][]byte
+		last map[string][]byte
 		n    int
 		err  error
 	}
 	results := make(chan result, len(tps))
 	for _, tp := range tps {
 		go func() {
-			if ends[tp] <= 0 {
+			if ends[tp] <= starts[tp] {
 				results <- result{tp: tp}
 				return
 			}
-			last, n, err := readPartitionTo(ctx, g.client, consumer, tp, ends[tp], g.run.RestoreRead)
+			last, n, err := readPartitionTo(ctx, g.client, tp, starts[tp], ends[tp], g.run.RestoreRead)
 			results <- result{tp, last, n, err}
 		}()
 	}
@@ -354,14 +252,12 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 		if res.err == nil {
 			step := stepOf[res.tp.topic]
 			var groups map[int][]byte
-			var pieces map[int]int
-			if groups, pieces, res.err = joinChunks(res.last); res.err == nil {
+			if groups, res.err = restoreItems(res.last, gen.held.step(step)); res.err == nil {
 				records += res.n
 				if blobs[step] == nil {
-					blobs[step], gen.live[step] = map[int][]byte{}, map[int]int{}
+					blobs[step] = map[int][]byte{}
 				}
 				maps.Copy(blobs[step], groups)
-				maps.Copy(gen.live[step], pieces)
 			}
 		}
 		if res.err != nil {
@@ -373,7 +269,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	}
 	for step, groups := range blobs {
 		var part []byte
-		for _, group := range slices.Sorted(intKeys(groups)) {
+		for _, group := range slices.Sorted(maps.Keys(groups)) {
 			part = append(part, groups[group]...)
 		}
 		if len(part) > 0 {
@@ -385,66 +281,51 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	return r, nil
 }
 
-func intKeys[V any](m map[int]V) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
+// restoreFetchBytes is what a restore's fetch asks for at first, per
+// partition; a record batch larger than that doubles it.
+const restoreFetchBytes = 4 << 20
 
-// quietProbe is how long a changelog partition delivers nothing before
-// the restore asks the broker whether records remain before its end.
-const quietProbe = 200 * time.Millisecond
-
-// readPartitionTo reads changelog partition tp from its start until offset
-// end (its last stable offset) and returns the last value of each key
-// group (nil: a tombstone) and the number of records read. Offsets that
-// the consumer never hands out (transaction markers, aborted records) at
-// the end are found with a probe once the partition is quiet.
-func readPartitionTo(ctx context.Context, cl sarama.Client, consumer sarama.Consumer, tp topicPartition, end int64, read func(int)) (map[chunkKey][]byte, int, error) {
-	pc, err := consumer.ConsumePartition(tp.topic, tp.partition, sarama.OffsetOldest)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer func() { _ = pc.Close() }()
-	last := map[chunkKey][]byte{}
+// readPartitionTo reads changelog partition tp from offset start until
+// offset end (its last stable offset) and returns the last value of each
+// key (nil: a tombstone) and the number of records read. It sends raw
+// fetch requests at read_committed and filters their record batches as a
+// consumer does (eachVisible), so it knows it reached end even when the
+// last offsets are markers, which no consumer hands out.
+func readPartitionTo(ctx context.Context, cl sarama.Client, tp topicPartition, start, end int64, read func(int)) (map[string][]byte, int, error) {
+	last := map[string][]byte{}
 	n := 0
 	defer func() { read(n % 1024) }()
-	next := int64(0)
-	quiet := time.NewTimer(quietProbe)
-	defer quiet.Stop()
-	for next < end {
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case m := <-pc.Messages():
-			next = m.Offset + 1
-			if m.Offset >= end {
-				return last, n, nil
+	size := int32(restoreFetchBytes)
+	for next := start; next < end; {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		blk, err := fetchFrom(cl, sarama.ReadCommitted, tp, next, size, 100)
+		if err != nil {
+			return nil, 0, err
+		}
+		from := next
+		var bad error
+		var partial bool
+		next, partial = eachVisible(blk, sarama.ReadCommitted, next, end, func(off int64, key, value []byte) bool {
+			if _, _, _, err := parseChangelogKey(key); err != nil {
+				bad = fmt.Errorf("offset %d: %w", off, err)
+				return false
 			}
-			if len(m.Key) != 8 {
-				return nil, 0, fmt.Errorf("offset %d: a key of %d bytes, not a key group and piece", m.Offset, len(m.Key))
-			}
-			last[chunkKey{int(binary.BigEndian.Uint32(m.Key)), int(binary.BigEndian.Uint32(m.Key[4:]))}] = m.Value
-			n++
-			if n%1024 == 0 {
+			last[string(key)] = value
+			if n++; n%1024 == 0 {
 				read(1024)
 			}
-			quiet.Reset(quietProbe)
-		case e := <-pc.Errors():
-			return nil, 0, e.Err
-		case <-quiet.C:
-			visible, err := visibleBefore(cl, sarama.ReadCommitted, tp, next, end)
-			if err != nil {
-				return nil, 0, err
+			return true
+		})
+		if bad != nil {
+			return nil, 0, bad
+		}
+		if next == from && (partial || blk.Partial) {
+			if size >= 1<<30 {
+				return nil, 0, fmt.Errorf("fetch at %d: a record batch larger than %d bytes", next, size)
 			}
-			if !visible {
-				return last, n, nil
-			}
-			quiet.Reset(quietProbe)
+			size *= 2
 		}
 	}
 	return last, n, nil

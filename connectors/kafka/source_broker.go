@@ -258,27 +258,10 @@ const probeBytes = 1 << 20
 // false only when it saw every offset up to stop; a fetch that returns
 // nothing (the broker has not got there yet) answers true, "wait".
 func visibleBefore(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartition, from, stop int64) (bool, error) {
-	version := fetchVersion(cl.Config().Version)
 	for from < stop {
-		b, err := cl.Leader(tp.topic, tp.partition)
+		blk, err := fetchFrom(cl, iso, tp, from, probeBytes, 0)
 		if err != nil {
-			return true, fmt.Errorf("leader of %s: %w", tp, err)
-		}
-		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: 0, MaxBytes: probeBytes, Isolation: iso}
-		if version >= 7 {
-			req.SessionEpoch = -1
-		}
-		req.AddBlock(tp.topic, tp.partition, from, probeBytes, -1)
-		resp, err := b.Fetch(req)
-		if err != nil {
-			return true, fmt.Errorf("fetch %s at %d: %w", tp, from, err)
-		}
-		blk := resp.GetBlock(tp.topic, tp.partition)
-		if blk == nil {
-			return true, fmt.Errorf("fetch %s at %d: no answer", tp, from)
-		}
-		if !errors.Is(blk.Err, sarama.ErrNoError) {
-			return true, fmt.Errorf("fetch %s at %d: %w", tp, from, blk.Err)
+			return true, err
 		}
 		visible, next := scanVisible(blk, iso, from, stop)
 		if visible {
@@ -292,10 +275,67 @@ func visibleBefore(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartitio
 	return false, nil
 }
 
+// fetchFrom fetches up to size bytes of partition tp from offset at, with
+// isolation iso and without a fetch session, from its leader, waiting up
+// to wait ms for a first byte; it tries brokerAttempts times, refreshing
+// the metadata in between (a leader that moved).
+func fetchFrom(cl sarama.Client, iso sarama.IsolationLevel, tp topicPartition, at int64, size, wait int32) (*sarama.FetchResponseBlock, error) {
+	version := fetchVersion(cl.Config().Version)
+	var lastErr error
+	for attempt := range brokerAttempts {
+		if attempt > 0 {
+			brokerBackoff(cl, attempt)
+			if err := cl.RefreshMetadata(tp.topic); err != nil {
+				lastErr = err
+			}
+		}
+		b, err := cl.Leader(tp.topic, tp.partition)
+		if err != nil {
+			lastErr = fmt.Errorf("leader of %s: %w", tp, err)
+			continue
+		}
+		req := &sarama.FetchRequest{Version: version, MinBytes: 1, MaxWaitTime: wait, MaxBytes: size, Isolation: iso}
+		if version >= 7 {
+			req.SessionEpoch = -1 // no fetch session
+		}
+		req.AddBlock(tp.topic, tp.partition, at, size, -1)
+		resp, err := b.Fetch(req)
+		if err != nil {
+			lastErr = fmt.Errorf("fetch %s at %d: %w", tp, at, err)
+			continue
+		}
+		switch blk := resp.GetBlock(tp.topic, tp.partition); {
+		case blk == nil:
+			lastErr = fmt.Errorf("fetch %s at %d: no answer", tp, at)
+		case !errors.Is(blk.Err, sarama.ErrNoError):
+			lastErr = fmt.Errorf("fetch %s at %d: %w", tp, at, blk.Err)
+		default:
+			return blk, nil
+		}
+	}
+	return nil, lastErr
+}
+
 // scanVisible looks at the record batches of a fetch answer for a visible
 // record in [from, stop), filtering like sarama's consumer does. next is the
 // offset after the last complete batch it looked at.
 func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from, stop int64) (visible bool, next int64) {
+	next, _ = eachVisible(blk, iso, from, stop, func(int64, []byte, []byte) bool {
+		visible = true
+		return false
+	})
+	return visible, next
+}
+
+// eachVisible calls fn, in order, with each record of the batches of a
+// fetch answer at an offset in [from, stop) that a consumer with
+// isolation iso is handed (filtering like sarama's consumer does: no
+// transaction markers, under read_committed no aborted transactions),
+// until fn returns false. next is the offset after the last complete batch
+// it looked at, at least from (when fn stopped it, from that batch's
+// start); partial tells it stopped at a batch the answer has only part
+// of.
+func eachVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from, stop int64, fn func(offset int64, key, value []byte) bool) (next int64, partial bool) {
 	next = from
 	aborted := slices.Clone(blk.AbortedTransactions)
 	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return int(a.FirstOffset - b.FirstOffset) })
@@ -307,8 +347,8 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		if rs.MsgSet != nil {
 			// Legacy message sets have no transactions: every message is visible.
 			for _, mb := range rs.MsgSet.Messages {
-				if mb.Offset >= next && mb.Offset < stop {
-					return true, next
+				if mb.Offset >= next && mb.Offset < stop && !fn(mb.Offset, mb.Msg.Key, mb.Msg.Value) {
+					return next, false
 				}
 				next = max(next, mb.Offset+1)
 			}
@@ -316,7 +356,7 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		}
 		rb := rs.RecordBatch
 		if rb == nil || rb.PartialTrailingRecord {
-			return false, next
+			return next, rb != nil
 		}
 		for len(aborted) > 0 && aborted[0].FirstOffset <= rb.LastOffset() {
 			abortedPIDs[aborted[0].ProducerID] = true
@@ -330,14 +370,14 @@ func scanVisible(blk *sarama.FetchResponseBlock, iso sarama.IsolationLevel, from
 		case iso == sarama.ReadCommitted && rb.IsTransactional && abortedPIDs[rb.ProducerID]:
 		default:
 			for _, r := range rb.Records {
-				if off := rb.FirstOffset + r.OffsetDelta; off >= next && off < stop {
-					return true, next
+				if off := rb.FirstOffset + r.OffsetDelta; off >= next && off < stop && !fn(off, r.Key, r.Value) {
+					return next, false
 				}
 			}
 		}
 		next = max(next, rb.LastOffset()+1)
 	}
-	return false, next
+	return next, false
 }
 
 // isAbortMarker tells whether the key of a control record is an abort

@@ -1,0 +1,381 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/checkpoint"
+	"github.com/eddy-stream/eddy/pipeline"
+	"github.com/eddy-stream/eddy/statestore"
+)
+
+// changelogHarness runs generations of groupPipeline's group on the test
+// broker without a consumer group: each owns every partition, its
+// txnStore takes a backend's checkpoints as the job's coordinator hands
+// them over, and readChangelogs restores them.
+type changelogHarness struct {
+	t      *testing.T
+	gp     *pipeline.GroupPlan
+	g      *groupRun
+	maxPar int
+	clock  int64
+	total  int // the changelog's committed records
+}
+
+const harnessPart = "op/per_user/0"
+
+func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
+	brokers := testBrokers(t)
+	src := testTopic(t, brokers, 1)
+	gp := groupPipeline(t, brokers, src+"-g", src, maxPar)
+	_, err := pipeline.EnsureGroupTopics(groupAdminOf(t, gp), gp)
+	require.NoError(t, err)
+	cfg := gp.Group.Client.(*GroupClientConfig)
+	run := &pipeline.GroupRun{Plan: gp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProcessID: "p1"}
+	g := &groupRun{cfg: cfg, run: run, logger: run.Logger}
+	sc, err := cfg.saramaConfig()
+	require.NoError(t, err)
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	g.client, err = cfg.newClient(sc)
+	require.NoError(t, err)
+	require.NoError(t, g.startProducer())
+	t.Cleanup(g.close)
+	return &changelogHarness{t: t, gp: gp, g: g, maxPar: maxPar, clock: 1_000_000}
+}
+
+// generation starts a generation that owns every partition, and begins
+// its first transaction.
+func (h *changelogHarness) generation() *generation {
+	all := make([]int32, h.maxPar)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	assigned := map[string][]int32{}
+	for _, s := range h.gp.Stages {
+		for _, topic := range s.InputTopics() {
+			assigned[topic] = all
+		}
+	}
+	gen := &generation{g: h.g, assigned: assigned}
+	h.g.gen = gen
+	require.NoError(h.t, h.g.endTransaction())
+	require.NoError(h.t, h.g.producer.BeginTxn())
+	return gen
+}
+
+// backend opens an incremental backend as a group generation's job does.
+func (h *changelogHarness) backend(kind string) statestore.IncrementalBackend {
+	opts := statestore.Options{
+		KeyGroup:  func(k string) int { return pipeline.KeyGroup(k, h.maxPar) },
+		KeyGroups: [2]int{0, h.maxPar}, Clock: func() int64 { return h.clock },
+		Incremental: true, Changelog: true,
+	}
+	var b statestore.IncrementalBackend
+	var err error
+	if kind == "bbolt" {
+		b, err = statestore.NewBolt(statestore.BoltOptions{Options: opts, Dir: h.t.TempDir()})
+	} else {
+		b, err = statestore.NewMemory(opts)
+	}
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// commit takes checkpoint id of b, writes it into gen's transaction as the
+// coordinator does (a delta, or full where the store refuses its base),
+// commits it and tells b. It returns the snapshot's base and the records
+// the checkpoint wrote to the changelog, as the broker has them.
+func (h *changelogHarness) commit(gen *generation, b statestore.IncrementalBackend, id int64) (base int64, records int) {
+	t := h.t
+	t.Helper()
+	s, err := b.SnapshotCheckpoint(id)
+	require.NoError(t, err)
+	ds := s.(statestore.DeltaSnapshot)
+	w, err := gen.Store().Begin(id, checkpoint.Meta{})
+	require.NoError(t, err)
+	pw, err := w.Create(harnessPart, ds.Base())
+	if errors.Is(err, checkpoint.ErrDeltaBase) {
+		ds.Full()
+		pw, err = w.Create(harnessPart, 0)
+	}
+	require.NoError(t, err)
+	base = ds.Base()
+	_, err = s.WriteAndRelease(pw)
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	require.NoError(t, w.Complete(t.Context()))
+	b.CheckpointCompleted(id)
+	sent := pw.(*changelogWriter).sent
+	before := h.total
+	h.total = h.records()
+	records = h.total - before
+	require.Equal(t, sent, records, "the records sent are the ones committed")
+	return base, records
+}
+
+// records counts the committed records of the changelog.
+func (h *changelogHarness) records() int {
+	t := h.t
+	topic := h.gp.Stages[1].Changelogs[0].Name
+	var tps []topicPartition
+	for p := range h.maxPar {
+		tps = append(tps, topicPartition{topic, int32(p)})
+	}
+	// A real broker writes a committed transaction's markers after the
+	// commit returns: the records are all readable once the last stable
+	// offsets reach the high-water marks (no transaction is open).
+	var ends map[topicPartition]int64
+	require.Eventually(t, func() bool {
+		var err error
+		ends, err = listOffsets(h.g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+		require.NoError(t, err)
+		hwms, err := listOffsets(h.g.client, sarama.ReadUncommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+		require.NoError(t, err)
+		return maps.Equal(ends, hwms)
+	}, time.Minute, 10*time.Millisecond, "the changelog's transactions end")
+	counts := make(chan int, len(tps))
+	for _, tp := range tps {
+		go func() {
+			_, n, err := readPartitionTo(context.Background(), h.g.client, tp, 0, ends[tp], func(int) {})
+			if err != nil {
+				n = -1 << 30
+			}
+			counts <- n
+		}()
+	}
+	total := 0
+	for range tps {
+		total += <-counts
+	}
+	require.GreaterOrEqual(t, total, 0, "reading the changelog failed")
+	return total
+}
+
+// restore reads the changelog into a new generation and a new backend.
+func (h *changelogHarness) restore(kind string) (*generation, statestore.IncrementalBackend) {
+	t := h.t
+	t.Helper()
+	gen := h.generation()
+	r, err := gen.readChangelogs(t.Context())
+	require.NoError(t, err)
+	b := h.backend(kind)
+	if part, ok := r.parts[harnessPart]; ok {
+		var blobs [][]byte
+		require.NoError(t, statestore.SplitBlobs(part, func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
+		require.NoError(t, b.Restore(blobs...))
+	}
+	return gen, b
+}
+
+// harnessStates are the states of the tests' backends.
+type harnessStates struct {
+	count statestore.ValueState[int64]
+	seen  statestore.ValueState[string] // TTL 1 minute
+	big   statestore.ValueState[string]
+	tm    *statestore.TimerService
+}
+
+func registerHarness(t *testing.T, b statestore.Backend) *harnessStates {
+	var s harnessStates
+	var err error
+	s.count, err = statestore.RegisterValue(b, statestore.ValueDescriptor[int64]{Name: "count"})
+	require.NoError(t, err)
+	s.seen, err = statestore.RegisterValue(b, statestore.ValueDescriptor[string]{Name: "seen", TTL: time.Minute})
+	require.NoError(t, err)
+	s.big, err = statestore.RegisterValue(b, statestore.ValueDescriptor[string]{Name: "big"})
+	require.NoError(t, err)
+	s.tm = b.TimerService("window")
+	return &s
+}
+
+func fullSnapshot(t *testing.T, b statestore.Backend) []byte {
+	s, err := b.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = s.WriteAndRelease(&buf)
+	require.NoError(t, err)
+	return buf.Bytes()
+}
+
+// TestGroupChangelogWritesChanges: a state of many keys of which few
+// change between commits: the first commit writes every entry and timer,
+// the next ones only the entries that changed (and a tombstone for each
+// deleted one, and each timer gone), nothing when nothing changed. A
+// restore after deletes and TTL expiry gives exactly the state; its first
+// commit (full: no base yet) writes nothing, as the changelog holds it
+// already, and the next ones are deltas again.
+func TestGroupChangelogWritesChanges(t *testing.T) {
+	for _, kind := range []string{"memory", "bbolt"} {
+		t.Run(kind, func(t *testing.T) {
+			h := newChangelogHarness(t, 8)
+			gen := h.generation()
+			b := h.backend(kind)
+			s := registerHarness(t, b)
+			const n = 2000
+			key := func(i int) string { return "user-" + strconv.Itoa(i) }
+			for i := range n {
+				s.count.Put(key(i), "", int64(i))
+				s.seen.Put(key(i), "", "x")
+				s.tm.RegisterEventTimer(key(i), "", 60_000)
+			}
+			base, records := h.commit(gen, b, 1)
+			require.Zero(t, base)
+			require.Equal(t, 3*n, records, "every entry and timer")
+
+			for i := range 10 {
+				s.count.Put(key(i), "", -1)
+			}
+			for i := 10; i < 13; i++ {
+				s.count.Clear(key(i), "")
+			}
+			for i := 20; i < 22; i++ {
+				s.tm.DeleteEventTimer(key(i), "", 60_000)
+				s.tm.RegisterEventTimer(key(i), "", 120_000)
+			}
+			s.count.Put("new", "", 1)
+			s.count.Clear("new", "") // written and deleted between two commits
+			base, records = h.commit(gen, b, 2)
+			require.Equal(t, int64(1), base)
+			require.Equal(t, 10+3+2*2, records, "10 updates, 3 deletions, 2 timers moved")
+
+			base, records = h.commit(gen, b, 3)
+			require.Equal(t, int64(2), base)
+			require.Zero(t, records, "nothing changed")
+
+			// TTL: five entries are written again, the others expire and a
+			// cleanup deletes them.
+			h.clock += 50_000
+			for i := range 5 {
+				s.seen.Put(key(i), "", "y")
+			}
+			h.clock += 20_000
+			deleted, err := b.Cleanup()
+			require.NoError(t, err)
+			require.Equal(t, n-5, deleted)
+			base, records = h.commit(gen, b, 4)
+			require.Equal(t, int64(3), base)
+			require.Equal(t, n, records, "5 updates and the tombstones of the expired entries")
+			// The chain is never cut: more than 16 deltas.
+			for id := int64(5); id < 20; id++ {
+				s.count.Put(key(int(id)), "", -id)
+				base, records = h.commit(gen, b, id)
+				require.Equal(t, id-1, base)
+				require.Equal(t, 1, records)
+			}
+			want := fullSnapshot(t, b)
+
+			gen2, b2 := h.restore(kind)
+			s2 := registerHarness(t, b2)
+			require.Equal(t, want, fullSnapshot(t, b2), "the restored state")
+			base, records = h.commit(gen2, b2, 1)
+			require.Zero(t, base)
+			require.Zero(t, records, "the changelog holds the state already")
+			s2.count.Clear(key(0), "")
+			s2.tm.DeleteEventTimer(key(1), "", 60_000)
+			base, records = h.commit(gen2, b2, 2)
+			require.Equal(t, int64(1), base)
+			require.Equal(t, 2, records)
+
+			// A restore that finds state the backend no longer has (a full
+			// snapshot of other state): the changelog deletes it.
+			gen3 := h.generation()
+			_, err = gen3.readChangelogs(t.Context())
+			require.NoError(t, err)
+			b3 := h.backend(kind)
+			s3 := registerHarness(t, b3)
+			s3.count.Put(key(7), "", -7) // as the changelog holds it
+			s3.count.Put("other", "", 5)
+			base, records = h.commit(gen3, b3, 1)
+			require.Zero(t, base)
+			// The changelog holds n-1 counts (key 0's deleted; 10 to 12
+			// written again by the deltas), 5 seen, n-1 timers (key 1's
+			// deleted).
+			held := (n - 1) + 5 + (n - 1)
+			require.Equal(t, 1+held-1, records, "one new entry, a tombstone for every other item but key 7's count")
+			_, b4 := h.restore(kind)
+			registerHarness(t, b4)
+			require.Equal(t, fullSnapshot(t, b3), fullSnapshot(t, b4))
+		})
+	}
+}
+
+// TestGroupChangelogLargeEntry: an entry larger than a record's piece is
+// written in pieces, which a restore joins; when it shrinks, the pieces
+// it no longer has get tombstones; a piece missing from the changelog is
+// an error that says so.
+func TestGroupChangelogLargeEntry(t *testing.T) {
+	h := newChangelogHarness(t, 2)
+	gen := h.generation()
+	b := h.backend("memory")
+	s := registerHarness(t, b)
+	s.big.Put("k", "", strings.Repeat("x", 2*changelogChunk+10))
+	_, records := h.commit(gen, b, 1)
+	require.Equal(t, 3, records, "three pieces")
+	want := fullSnapshot(t, b)
+	_, b2 := h.restore("memory")
+	registerHarness(t, b2)
+	require.Equal(t, want, fullSnapshot(t, b2))
+
+	s.big.Put("k", "", "small")
+	_, records = h.commit(gen, b, 2)
+	require.Equal(t, 3, records, "one piece and two tombstones")
+	want = fullSnapshot(t, b)
+	_, b3 := h.restore("memory")
+	registerHarness(t, b3)
+	require.Equal(t, want, fullSnapshot(t, b3))
+
+	held := &heldStep{groups: map[int]*heldGroup{}}
+	key := changelogKey(1, 0, "item")
+	_, err := restoreItems(map[string][]byte{string(key): {3, 'a'}, string(changelogKey(1, 1, "item")): {3, 'b'}}, held)
+	require.ErrorContains(t, err, "key group 1: piece 2 of 3 of an item is missing from the changelog")
+	_, err = restoreItems(map[string][]byte{"\x00\x00\x00\x01": {1}}, held)
+	require.ErrorIs(t, err, errChangelogRecord)
+}
+
+// TestGroupChangelogRestoreAfterAbort: a generation that ends with a large
+// transaction aborted (a rebalance in the middle of a commit) leaves the
+// changelog with records nobody may read; the next restore reads past
+// them and gets the state of the last commit.
+func TestGroupChangelogRestoreAfterAbort(t *testing.T) {
+	h := newChangelogHarness(t, 16)
+	gen := h.generation()
+	b := h.backend("memory")
+	s := registerHarness(t, b)
+	s.count.Put("a", "", 1)
+	h.commit(gen, b, 1)
+	want := fullSnapshot(t, b)
+	for i := range 120_000 {
+		k := "k" + strconv.Itoa(i)
+		s.count.Put(k, "", int64(i))
+		s.tm.RegisterEventTimer(k, "", 1000)
+	}
+	snap, err := b.SnapshotCheckpoint(2)
+	require.NoError(t, err)
+	snap.(statestore.DeltaSnapshot).Full()
+	w, err := gen.Store().Begin(2, checkpoint.Meta{})
+	require.NoError(t, err)
+	pw, err := w.Create(harnessPart, 0)
+	require.NoError(t, err)
+	_, err = snap.WriteAndRelease(pw)
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	require.NoError(t, h.g.out.flush(t.Context()))
+	require.NoError(t, h.g.endTransaction(), "the generation ends: its transaction is aborted")
+
+	_, b2 := h.restore("memory")
+	registerHarness(t, b2)
+	require.Equal(t, want, fullSnapshot(t, b2))
+}
