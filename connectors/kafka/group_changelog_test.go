@@ -44,6 +44,7 @@ func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
 	cfg := gp.Group.Client.(*GroupClientConfig)
 	run := &pipeline.GroupRun{Plan: gp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProcessID: "p1"}
 	g := &groupRun{cfg: cfg, run: run, logger: run.Logger}
+	g.purge = newPurger(g)
 	sc, err := cfg.saramaConfig()
 	require.NoError(t, err)
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
