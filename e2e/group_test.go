@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -297,6 +298,7 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 			Restore    struct {
 				Done       bool `json:"done"`
 				Partitions int  `json:"partitions"`
+				Waiting    int  `json:"waiting"`
 			} `json:"restore"`
 		} `json:"group"`
 	}
@@ -308,6 +310,7 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 	require.Len(t, st.Group.Assigned[g.env["GROUP_ID"]+"-per_key-repartition"], 8, "and every partition of the exchange (max_parallelism)")
 	require.True(t, st.Group.Restore.Done)
 	require.Equal(t, 8, st.Group.Restore.Partitions, "the changelog partitions of its key groups")
+	require.Zero(t, st.Group.Restore.Waiting, "no transaction holds a changelog partition")
 
 	resp, err = http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
@@ -317,6 +320,13 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 	require.Contains(t, string(b), fmt.Sprintf("eddy_group_assigned_partitions{topic=%q} 3", g.in))
 	require.Contains(t, string(b), fmt.Sprintf("eddy_group_generation %d", st.Group.Generation))
 	require.Regexp(t, `eddy_source_pending_records\{id="events",subtask="0"\} \d`, string(b), "the lag of the process's source task")
+	for _, series := range []string{"eddy_group_changelog_records_total", "eddy_group_changelog_bytes_total"} {
+		m := regexp.MustCompile(`(?m)^` + series + ` (\S+)$`).FindSubmatch(b)
+		require.NotNil(t, m, "%s is exported", series)
+		n, err := strconv.ParseFloat(string(m[1]), 64)
+		require.NoError(t, err)
+		require.Positive(t, n, "%s: the windows' state went to the changelog", series)
+	}
 	require.Regexp(t, fmt.Sprintf(`eddy_source_pending_records\{id="from:%s-per_key-repartition",subtask="0"\} \d`, g.env["GROUP_ID"]), string(b),
 		"the lag of the process's reader of the exchange")
 
@@ -523,4 +533,116 @@ func grepLines(s string, subs ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestGroupUnstableOffsets: a transaction that committed offsets to the
+// group and did not end (its process killed between the offset commit and
+// the end of the transaction) leaves the group's offsets unstable
+// (KIP-447) until the broker aborts it at its timeout. A process that
+// joins meanwhile keeps trying to join, instead of failing when the
+// client's few retries of the offset fetch are spent, and once the
+// transaction ends commits exactly the one-process result.
+func TestGroupUnstableOffsets(t *testing.T) {
+	g := newGroupTest(t, "unstable")
+	g.produce(t, g.input)
+	want := g.reference(t)
+	txn := beginOffsetTxn(t, g.brokers, g.env["GROUP_ID"], g.in)
+	p := startGroupProcess(t, mustAbs(t, "testdata/group/window.yaml"), t.TempDir(), g.env)
+	awaitLog(t, p, func(log string) bool { return strings.Contains(log, `"msg":"joining the group failed: trying again"`) })
+	txn.abort(t)
+	g.finish(t, want, "output of a group process that joined while the group's offsets were unstable vs the one-process run", p)
+}
+
+// offsetTxn is a transaction, sent request by request as a transactional
+// producer does, that committed offsets to a group and is still open.
+type offsetTxn struct {
+	coord *sarama.Broker
+	id    string
+	pid   int64
+	epoch int16
+}
+
+// beginOffsetTxn opens a transaction that commits offset 1 of partition 0
+// of topic to group, and leaves it open.
+func beginOffsetTxn(t *testing.T, brokers, group, topic string) *offsetTxn {
+	t.Helper()
+	cl, err := sarama.NewClient(strings.Split(brokers, ","), saramaConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	x := &offsetTxn{id: "pending-" + group}
+	// The first transactional request of a cluster waits for its
+	// transaction log to be created; the coordinators say "not available"
+	// until then.
+	retriable := func(err error) bool {
+		return errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) || errors.Is(err, sarama.ErrNotCoordinatorForConsumer) ||
+			errors.Is(err, sarama.ErrConcurrentTransactions)
+	}
+	send := func(what string, req func() error) {
+		t.Helper()
+		for attempt := 0; ; attempt++ {
+			err := req()
+			if err == nil {
+				return
+			}
+			require.True(t, retriable(err) && attempt < 100, "%s: %v", what, err)
+			_ = cl.RefreshTransactionCoordinator(x.id)
+			_ = cl.RefreshCoordinator(group)
+			time.Sleep(100 * time.Millisecond) // the broker's backoff for these answers
+		}
+	}
+	send("init the producer id", func() error {
+		var err error
+		if x.coord, err = cl.TransactionCoordinator(x.id); err != nil {
+			return err
+		}
+		resp, err := x.coord.InitProducerID(&sarama.InitProducerIDRequest{Version: 3, TransactionalID: &x.id, TransactionTimeout: time.Minute, ProducerID: -1, ProducerEpoch: -1})
+		if err != nil {
+			return err
+		}
+		x.pid, x.epoch = resp.ProducerID, resp.ProducerEpoch
+		return kafkaErr(resp.Err)
+	})
+	send("add the offsets to the transaction", func() error {
+		resp, err := x.coord.AddOffsetsToTxn(&sarama.AddOffsetsToTxnRequest{Version: 2, TransactionalID: x.id, ProducerID: x.pid, ProducerEpoch: x.epoch, GroupID: group})
+		if err != nil {
+			return err
+		}
+		return kafkaErr(resp.Err)
+	})
+	send("commit the offsets in the transaction", func() error {
+		gc, err := cl.Coordinator(group)
+		if err != nil {
+			return err
+		}
+		resp, err := gc.TxnOffsetCommit(&sarama.TxnOffsetCommitRequest{Version: 2, TransactionalID: x.id, GroupID: group, ProducerID: x.pid, ProducerEpoch: x.epoch,
+			Topics: map[string][]*sarama.PartitionOffsetMetadata{topic: {{Partition: 0, Offset: 1}}}})
+		if err != nil {
+			return err
+		}
+		for _, errs := range resp.Topics {
+			for _, pe := range errs {
+				if err := kafkaErr(pe.Err); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return x
+}
+
+// abort ends the transaction, aborted: the group's offsets are stable again.
+func (x *offsetTxn) abort(t *testing.T) {
+	t.Helper()
+	resp, err := x.coord.EndTxn(&sarama.EndTxnRequest{Version: 2, TransactionalID: x.id, ProducerID: x.pid, ProducerEpoch: x.epoch, TransactionResult: false})
+	require.NoError(t, err)
+	require.NoError(t, kafkaErr(resp.Err))
+}
+
+// kafkaErr is nil for sarama.ErrNoError.
+func kafkaErr(k sarama.KError) error {
+	if k == sarama.ErrNoError {
+		return nil
+	}
+	return k
 }

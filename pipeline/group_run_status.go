@@ -54,6 +54,10 @@ type GroupRestore struct {
 	// records read from them so far.
 	Partitions int   `json:"partitions"`
 	Records    int64 `json:"records"`
+	// Waiting is the number of changelog partitions whose open
+	// transactions the restore waits for before it reads them (a process
+	// that died holds them until the group's transaction timeout).
+	Waiting int `json:"waiting"`
 	// DurationMS is how long the restore took, or takes so far.
 	DurationMS int64 `json:"duration_ms"`
 	started    time.Time
@@ -72,6 +76,8 @@ type groupReport struct {
 	restoreSeconds prometheus.Gauge
 	purgedRecords  prometheus.Counter
 	purgeErrors    prometheus.Counter
+	changelogRecs  prometheus.Counter
+	changelogBytes prometheus.Counter
 }
 
 func newGroupReport(m *Metrics, id, process string) *groupReport {
@@ -90,8 +96,13 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 			Help: "Records of the repartition topics this process read and committed that it deleted (DeleteRecords)."}),
 		purgeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purge_errors_total",
 			Help: "Requests to delete consumed repartition records (or to find the partitions' start first) that failed."}),
+		changelogRecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_changelog_records_total",
+			Help: "Records (tombstones included) this process committed to the changelogs of keyed state."}),
+		changelogBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_changelog_bytes_total",
+			Help: "Bytes of the keys and values of the records this process committed to the changelogs of keyed state."}),
 	}
-	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds, r.purgedRecords, r.purgeErrors)
+	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds, r.purgedRecords, r.purgeErrors,
+		r.changelogRecs, r.changelogBytes)
 	return r
 }
 
@@ -136,6 +147,17 @@ func (r *GroupRun) RestoreStarted(partitions int) {
 	r.report.mu.Lock()
 	defer r.report.mu.Unlock()
 	r.report.st.Restore = GroupRestore{Partitions: partitions, started: time.Now()}
+}
+
+// RestoreWaiting reports that the restore waits for the transactions
+// open on n changelog partitions to end (0: it waits no more).
+func (r *GroupRun) RestoreWaiting(n int) {
+	if r.report == nil {
+		return
+	}
+	r.report.mu.Lock()
+	defer r.report.mu.Unlock()
+	r.report.st.Restore.Waiting = n
 }
 
 // RestoreRead reports n more changelog records read. Safe from the
@@ -188,6 +210,16 @@ func (r *GroupRun) PurgeFailed() {
 	defer r.report.mu.Unlock()
 	r.report.st.Purge.Errors++
 	r.report.purgeErrors.Inc()
+}
+
+// ChangelogWritten reports that a transaction committed records
+// changelog records of keyed state, of bytes bytes (keys and values).
+func (r *GroupRun) ChangelogWritten(records, bytes int) {
+	if r.report == nil || records == 0 {
+		return
+	}
+	r.report.changelogRecs.Add(float64(records))
+	r.report.changelogBytes.Add(float64(bytes))
 }
 
 // status returns a copy of the group's status.

@@ -171,8 +171,9 @@ type changelogWriter struct {
 	step  string
 	delta bool // a delta part: its blobs are delta blobs
 	buf   bytes.Buffer
-	// sent counts the records sent (tombstones included).
-	sent int
+	// sent counts the records sent (tombstones included), bytes their
+	// keys and values.
+	sent, bytes int
 }
 
 func (c *changelogWriter) Write(b []byte) (int, error) { return c.buf.Write(b) }
@@ -289,6 +290,10 @@ func (c *changelogWriter) send(kg, piece int, key string, n int, data []byte) er
 		msg.Value = sarama.ByteEncoder(append(v, data...))
 	}
 	c.sent++
+	c.bytes += msg.Key.Length()
+	if msg.Value != nil {
+		c.bytes += msg.Value.Length()
+	}
 	return o.send(context.Background(), msg)
 }
 

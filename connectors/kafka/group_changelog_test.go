@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,8 +42,17 @@ func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
 	gp := groupPipeline(t, brokers, src+"-g", src, maxPar)
 	_, err := pipeline.EnsureGroupTopics(groupAdminOf(t, gp), gp)
 	require.NoError(t, err)
-	cfg := gp.Group.Client.(*GroupClientConfig)
-	run := &pipeline.GroupRun{Plan: gp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProcessID: "p1"}
+	h := &changelogHarness{t: t, gp: gp, maxPar: maxPar, clock: 1_000_000}
+	h.g = h.process("p1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return h
+}
+
+// process connects a process of the harness's group, without joining the
+// consumer group: its client and transactional producer.
+func (h *changelogHarness) process(id string, logger *slog.Logger) *groupRun {
+	t := h.t
+	cfg := h.gp.Group.Client.(*GroupClientConfig)
+	run := &pipeline.GroupRun{Plan: h.gp, Logger: logger, ProcessID: id}
 	g := &groupRun{cfg: cfg, run: run, logger: run.Logger}
 	g.purge = newPurger(g)
 	sc, err := cfg.saramaConfig()
@@ -53,12 +63,21 @@ func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
 	require.NoError(t, err)
 	require.NoError(t, g.startProducer())
 	t.Cleanup(g.close)
-	return &changelogHarness{t: t, gp: gp, g: g, maxPar: maxPar, clock: 1_000_000}
+	return g
 }
 
 // generation starts a generation that owns every partition, and begins
 // its first transaction.
 func (h *changelogHarness) generation() *generation {
+	gen := h.generationOf(h.g)
+	require.NoError(h.t, h.g.endTransaction())
+	require.NoError(h.t, h.g.producer.BeginTxn())
+	return gen
+}
+
+// generationOf returns a generation of process g that owns every
+// partition.
+func (h *changelogHarness) generationOf(g *groupRun) *generation {
 	all := make([]int32, h.maxPar)
 	for i := range all {
 		all[i] = int32(i)
@@ -69,10 +88,8 @@ func (h *changelogHarness) generation() *generation {
 			assigned[topic] = all
 		}
 	}
-	gen := &generation{g: h.g, assigned: assigned}
-	h.g.gen = gen
-	require.NoError(h.t, h.g.endTransaction())
-	require.NoError(h.t, h.g.producer.BeginTxn())
+	gen := &generation{g: g, assigned: assigned}
+	g.gen = gen
 	return gen
 }
 
@@ -172,13 +189,20 @@ func (h *changelogHarness) restore(kind string) (*generation, statestore.Increme
 	gen := h.generation()
 	r, err := gen.readChangelogs(t.Context())
 	require.NoError(t, err)
+	return gen, h.restoreInto(r, kind)
+}
+
+// restoreInto restores what a restore read into a new backend.
+func (h *changelogHarness) restoreInto(r *changelogRestore, kind string) statestore.IncrementalBackend {
+	t := h.t
+	t.Helper()
 	b := h.backend(kind)
 	if part, ok := r.parts[harnessPart]; ok {
 		var blobs [][]byte
 		require.NoError(t, statestore.SplitBlobs(part, func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
 		require.NoError(t, b.Restore(blobs...))
 	}
-	return gen, b
+	return b
 }
 
 // harnessStates are the states of the tests' backends.
@@ -380,3 +404,87 @@ func TestGroupChangelogRestoreAfterAbort(t *testing.T) {
 	registerHarness(t, b2)
 	require.Equal(t, want, fullSnapshot(t, b2))
 }
+
+// TestGroupChangelogRestoreWaits: a restore that starts while a
+// transaction that wrote changelog records is open waits until it ends
+// (a transaction that committed but whose markers the broker has not
+// written yet looks the same to it), then gets the state that transaction
+// committed, or the state before it when it was aborted.
+func TestGroupChangelogRestoreWaits(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		t.Run(map[bool]string{true: "committed", false: "aborted"}[commit], func(t *testing.T) {
+			h := newChangelogHarness(t, 4)
+			gen := h.generation()
+			b := h.backend("memory")
+			s := registerHarness(t, b)
+			s.count.Put("a", "", 1)
+			h.commit(gen, b, 1)
+			before := fullSnapshot(t, b)
+
+			// Checkpoint 2's changelog records go into the open transaction.
+			s.count.Put("a", "", 2)
+			s.count.Put("b", "", 5)
+			snap, err := b.SnapshotCheckpoint(2)
+			require.NoError(t, err)
+			w, err := gen.Store().Begin(2, checkpoint.Meta{})
+			require.NoError(t, err)
+			pw, err := w.Create(harnessPart, snap.(statestore.DeltaSnapshot).Base())
+			require.NoError(t, err)
+			_, err = snap.WriteAndRelease(pw)
+			require.NoError(t, err)
+			require.NoError(t, pw.Close())
+			require.NoError(t, h.g.out.flush(t.Context()))
+			after := fullSnapshot(t, b)
+			require.NotEqual(t, before, after)
+
+			// Another process restores the key groups meanwhile.
+			waiting := make(chan struct{})
+			logger := slog.New(&messageSignal{msg: "restore waits for the transactions open on changelog partitions to end", ch: waiting})
+			other := h.process("p2", logger)
+			type result struct {
+				r   *changelogRestore
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				r, err := h.generationOf(other).readChangelogs(t.Context())
+				done <- result{r, err}
+			}()
+			select {
+			case <-waiting:
+			case res := <-done:
+				require.FailNow(t, "the restore did not wait for the open transaction", "err %v", res.err)
+			}
+			want := before
+			if commit {
+				require.NoError(t, w.Complete(t.Context()))
+				want = after
+			} else {
+				require.NoError(t, h.g.endTransaction())
+			}
+			res := <-done
+			require.NoError(t, res.err)
+			b2 := h.restoreInto(res.r, "memory")
+			registerHarness(t, b2)
+			require.Equal(t, want, fullSnapshot(t, b2))
+		})
+	}
+}
+
+// messageSignal is a slog handler that closes ch at the first record
+// whose message is msg.
+type messageSignal struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (m *messageSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messageSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == m.msg {
+		m.once.Do(func() { close(m.ch) })
+	}
+	return nil
+}
+func (m *messageSignal) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *messageSignal) WithGroup(string) slog.Handler      { return m }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -70,6 +72,7 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 	// the restart strategy's delay (restart: none, the default, ends the
 	// run with the failure).
 	policy := pipeline.NewRestartPolicy(gp.Plan.Spec.Restart)
+	var joining joinRetry
 	for ctx.Err() == nil {
 		err := g.group.Consume(ctx, topics, g)
 		if failed := g.failed; failed != nil {
@@ -86,11 +89,70 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 			}
 			continue
 		}
-		if err != nil && ctx.Err() == nil {
+		if err == nil || ctx.Err() != nil {
+			joining = joinRetry{}
+			continue
+		}
+		delay, ok := joining.next(err, gp.Group.TransactionTimeout.D()+settleSlack)
+		if !ok {
 			return fmt.Errorf("consumer group %s: %w", gp.Group.ID, err)
+		}
+		run.Logger.Warn("joining the group failed: trying again", "err", err.Error(), "delay", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
 		}
 	}
 	return nil
+}
+
+// joinRetry paces the attempts to join the group again after a join
+// failed for a reason that passes. The usual one: a transaction that
+// committed offsets of the assigned partitions has not ended (a process
+// died in the middle of its commit), and the offsets stay unstable
+// (KIP-447) until the brokers abort it at the transaction timeout; the
+// client's few retries of the offset fetch give up long before.
+type joinRetry struct {
+	since time.Time     // the first failure of this run of failures
+	delay time.Duration // the last wait
+}
+
+// next returns how long to wait before joining again after err, or false
+// when err does not pass or the failures have lasted longer than limit.
+func (j *joinRetry) next(err error, limit time.Duration) (time.Duration, bool) {
+	if !transientJoinError(err) {
+		return 0, false
+	}
+	if j.since.IsZero() {
+		j.since = time.Now()
+	}
+	if time.Since(j.since) > limit {
+		return 0, false
+	}
+	j.delay = min(max(2*j.delay, 100*time.Millisecond), 2*time.Second)
+	return j.delay, true
+}
+
+// transientJoinError tells whether a failure of Consume (joining the
+// group and fetching the assigned partitions' offsets) can pass: the
+// offsets are unstable or still loading, the coordinator moved or is not
+// ready, a leader moved, the connection broke. Anything else
+// (authorization, configuration) fails the run at once.
+func transientJoinError(err error) bool {
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrUnstableOffsetCommit, sarama.ErrOffsetsLoadInProgress, sarama.ErrNotCoordinatorForConsumer,
+			sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrRebalanceInProgress, sarama.ErrNotLeaderForPartition,
+			sarama.ErrLeaderNotAvailable, sarama.ErrRequestTimedOut, sarama.ErrNetworkException,
+			sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend:
+			return true
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotConnected) ||
+		errors.Is(err, io.EOF) || errors.As(err, &nerr)
 }
 
 // groupRun is one process's membership of the group: its client, consumer

@@ -48,6 +48,9 @@ type txnWriter struct {
 	// time a group source read from it, or an exchange reader's upstream
 	// watermarks (decodeGroupPosition).
 	meta map[topicPartition]string
+	// changelogs are the parts' changelog writers: what they sent is
+	// counted when the transaction commits.
+	changelogs []*changelogWriter
 }
 
 // Put takes a source's position (src/<id>/<subtask>): the transaction
@@ -111,7 +114,11 @@ func (w *txnWriter) Create(part string, base int64) (checkpoint.PartWriter, erro
 	if t == nil {
 		return nil, fmt.Errorf("checkpoint %d: step %q keeps state but has no changelog topic", w.id, step)
 	}
-	return &changelogWriter{gen: w.gen, topic: t, step: step, delta: base != 0}, nil
+	cw := &changelogWriter{gen: w.gen, topic: t, step: step, delta: base != 0}
+	w.mu.Lock()
+	w.changelogs = append(w.changelogs, cw)
+	w.mu.Unlock()
+	return cw, nil
 }
 
 // Complete commits the transaction with the checkpoint's offsets and the
@@ -143,7 +150,12 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	// repartition partitions are read for good.
 	w.mu.Lock()
 	g.purge.commit(w.gen, w.offsets)
+	records, bytes := 0, 0
+	for _, cw := range w.changelogs {
+		records, bytes = records+cw.sent, bytes+cw.bytes
+	}
 	w.mu.Unlock()
+	g.run.ChangelogWritten(records, bytes)
 	w.gen.held.committed(w.id)
 	if err := g.producer.BeginTxn(); err != nil {
 		return fmt.Errorf("checkpoint %d: begin the next transaction: %w", w.id, err)
@@ -196,8 +208,9 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // readChangelogs reads the changelog partitions of the stages that run
-// here, each from its start to its last stable offset, and keeps the last
-// record of each key group. The process's producer has fenced its previous
+// here, each from its start to its last stable offset once the
+// transactions open on it ended (settledEnds), and keeps the last record
+// of each key group. The process's producer has fenced its previous
 // incarnation already, so no transaction of its own holds the end back.
 func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, error) {
 	g := gen.g
@@ -217,7 +230,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	if len(tps) == 0 {
 		return r, nil
 	}
-	ends, err := listOffsets(g.client, sarama.ReadCommitted, tps, func(topicPartition) int64 { return sarama.OffsetNewest })
+	ends, err := gen.settledEnds(ctx, tps)
 	if err != nil {
 		return nil, fmt.Errorf("restore: the end of the changelogs: %w", err)
 	}
@@ -279,6 +292,66 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	g.logger.Info("restored keyed state from the changelogs", "partitions", len(tps), "records", records,
 		"duration", time.Since(start).Round(time.Millisecond))
 	return r, nil
+}
+
+// settleSlack is how much longer than the group's transaction timeout a
+// restore waits for the transactions open on its changelog partitions: a
+// broker aborts a timed-out transaction at its next check
+// (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10s by
+// default) and then writes the markers.
+const settleSlack = time.Minute
+
+// settledEnds returns the offsets the restore reads the changelog
+// partitions to: their last stable offsets once every transaction that
+// had written to them when the restore began has ended. A transaction
+// that committed may not have its markers written yet (the broker writes
+// them after the commit returns), and its records, below the last stable
+// offset until then, would be missed: the state of the last commit lost.
+// So while a partition's last stable offset is below the high-water mark
+// it had at the start, the restore waits (and says so in its status); a
+// transaction of a process that died ends at the group's transaction
+// timeout, when the broker aborts it.
+func (gen *generation) settledEnds(ctx context.Context, tps []topicPartition) (map[topicPartition]int64, error) {
+	g := gen.g
+	newest := func(topicPartition) int64 { return sarama.OffsetNewest }
+	hwms, err := listOffsets(g.client, sarama.ReadUncommitted, tps, newest)
+	if err != nil {
+		return nil, err
+	}
+	limit := g.run.Plan.Group.TransactionTimeout.D() + settleSlack
+	start := time.Now()
+	wait := 10 * time.Millisecond
+	for said := false; ; {
+		ends, err := listOffsets(g.client, sarama.ReadCommitted, tps, newest)
+		if err != nil {
+			return nil, err
+		}
+		var open []topicPartition
+		for _, tp := range tps {
+			if ends[tp] < hwms[tp] {
+				open = append(open, tp)
+			}
+		}
+		g.run.RestoreWaiting(len(open))
+		if len(open) == 0 {
+			return ends, nil
+		}
+		if time.Since(start) > limit {
+			return nil, fmt.Errorf("%d partitions (%s first) still have a transaction open after %s, longer than the group's transaction_timeout",
+				len(open), open[0], limit.Round(time.Second))
+		}
+		if !said {
+			said = true
+			g.logger.Info("restore waits for the transactions open on changelog partitions to end",
+				"partitions", len(open), "first", open[0].String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // restoreFetchBytes is what a restore's fetch asks for at first, per
