@@ -50,10 +50,15 @@ type GroupPurge struct {
 type GroupRestore struct {
 	// Done is false while the changelogs are read.
 	Done bool `json:"done"`
-	// Partitions is the number of changelog partitions read; Records the
-	// records read from them so far.
+	// Partitions is the number of changelog partitions restored; Records
+	// the records read from the changelogs so far.
 	Partitions int   `json:"partitions"`
 	Records    int64 `json:"records"`
+	// LocalPartitions is the number of partitions restored from the
+	// process's local copy (and the changelog's records after the copy's
+	// offset); LocalRecords the records the copies held.
+	LocalPartitions int   `json:"local_partitions"`
+	LocalRecords    int64 `json:"local_records"`
 	// DurationMS is how long the restore took, or takes so far.
 	DurationMS int64 `json:"duration_ms"`
 	started    time.Time
@@ -69,6 +74,7 @@ type groupReport struct {
 	rebalances     prometheus.Counter
 	assigned       *prometheus.GaugeVec
 	restoreRecords prometheus.Counter
+	restoreLocal   prometheus.Counter
 	restoreSeconds prometheus.Gauge
 	purgedRecords  prometheus.Counter
 	purgeErrors    prometheus.Counter
@@ -84,6 +90,8 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 			Help: "Partitions of a topic assigned to this process of a group run."}, []string{"topic"}),
 		restoreRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_restore_records_total",
 			Help: "Changelog records read to restore keyed state, over the generations."}),
+		restoreLocal: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_restore_local_records_total",
+			Help: "Records taken from the process's local copy of the changelogs to restore keyed state, over the generations."}),
 		restoreSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_group_restore_seconds",
 			Help: "How long the last restore of keyed state from the changelogs took."}),
 		purgedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purged_records_total",
@@ -91,7 +99,7 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 		purgeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purge_errors_total",
 			Help: "Requests to delete consumed repartition records (or to find the partitions' start first) that failed."}),
 	}
-	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds, r.purgedRecords, r.purgeErrors)
+	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreLocal, r.restoreSeconds, r.purgedRecords, r.purgeErrors)
 	return r
 }
 
@@ -127,8 +135,8 @@ func (r *GroupRun) Generation(info GroupGenerationInfo) {
 	g.st.Restore = GroupRestore{}
 }
 
-// RestoreStarted reports that the generation reads partitions changelog
-// partitions.
+// RestoreStarted reports that the generation restores partitions
+// changelog partitions.
 func (r *GroupRun) RestoreStarted(partitions int) {
 	if r.report == nil {
 		return
@@ -148,6 +156,19 @@ func (r *GroupRun) RestoreRead(n int) {
 	defer r.report.mu.Unlock()
 	r.report.st.Restore.Records += int64(n)
 	r.report.restoreRecords.Add(float64(n))
+}
+
+// RestoreLocal reports that the restore starts partitions changelog
+// partitions from the process's local copy, which holds records records.
+func (r *GroupRun) RestoreLocal(partitions, records int) {
+	if r.report == nil {
+		return
+	}
+	r.report.mu.Lock()
+	defer r.report.mu.Unlock()
+	r.report.st.Restore.LocalPartitions = partitions
+	r.report.st.Restore.LocalRecords = int64(records)
+	r.report.restoreLocal.Add(float64(records))
 }
 
 // RestoreDone reports that the generation's keyed state is restored.

@@ -41,10 +41,21 @@ func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
 	gp := groupPipeline(t, brokers, src+"-g", src, maxPar)
 	_, err := pipeline.EnsureGroupTopics(groupAdminOf(t, gp), gp)
 	require.NoError(t, err)
-	cfg := gp.Group.Client.(*GroupClientConfig)
-	run := &pipeline.GroupRun{Plan: gp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ProcessID: "p1"}
+	h := &changelogHarness{t: t, gp: gp, maxPar: maxPar, clock: 1_000_000}
+	h.g = h.process("p1", "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return h
+}
+
+// process connects a process of the harness's group: its client and
+// transactional producer (process id pid), and with a state directory its
+// local copy of the changelogs. The test's end closes it.
+func (h *changelogHarness) process(pid, stateDir string, logger *slog.Logger) *groupRun {
+	t := h.t
+	cfg := h.gp.Group.Client.(*GroupClientConfig)
+	run := &pipeline.GroupRun{Plan: h.gp, Logger: logger, ProcessID: pid, StateDir: stateDir}
 	g := &groupRun{cfg: cfg, run: run, logger: run.Logger}
 	g.purge = newPurger(g)
+	g.local = openLocalState(stateDir, logger)
 	sc, err := cfg.saramaConfig()
 	require.NoError(t, err)
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
@@ -53,7 +64,7 @@ func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
 	require.NoError(t, err)
 	require.NoError(t, g.startProducer())
 	t.Cleanup(g.close)
-	return &changelogHarness{t: t, gp: gp, g: g, maxPar: maxPar, clock: 1_000_000}
+	return g
 }
 
 // generation starts a generation that owns every partition, and begins
@@ -167,6 +178,13 @@ func (h *changelogHarness) records() int {
 
 // restore reads the changelog into a new generation and a new backend.
 func (h *changelogHarness) restore(kind string) (*generation, statestore.IncrementalBackend) {
+	h.t.Helper()
+	gen, b, _ := h.restoreCounted(kind)
+	return gen, b
+}
+
+// restoreCounted is restore, which also returns the restore's counts.
+func (h *changelogHarness) restoreCounted(kind string) (*generation, statestore.IncrementalBackend, *changelogRestore) {
 	t := h.t
 	t.Helper()
 	gen := h.generation()
@@ -178,7 +196,7 @@ func (h *changelogHarness) restore(kind string) (*generation, statestore.Increme
 		require.NoError(t, statestore.SplitBlobs(part, func(_ int, blob []byte) error { blobs = append(blobs, blob); return nil }))
 		require.NoError(t, b.Restore(blobs...))
 	}
-	return gen, b
+	return gen, b, r
 }
 
 // harnessStates are the states of the tests' backends.
