@@ -25,7 +25,7 @@ import (
 // txnStore takes a backend's checkpoints as the job's coordinator hands
 // them over, and readChangelogs restores them.
 type changelogHarness struct {
-	t      *testing.T
+	t      testing.TB
 	gp     *pipeline.GroupPlan
 	g      *groupRun
 	maxPar int
@@ -35,7 +35,7 @@ type changelogHarness struct {
 
 const harnessPart = "op/per_user/0"
 
-func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
+func newChangelogHarness(t testing.TB, maxPar int) *changelogHarness {
 	brokers := testBrokers(t)
 	src := testTopic(t, brokers, 1)
 	gp := groupPipeline(t, brokers, src+"-g", src, maxPar)
@@ -207,7 +207,7 @@ type harnessStates struct {
 	tm    *statestore.TimerService
 }
 
-func registerHarness(t *testing.T, b statestore.Backend) *harnessStates {
+func registerHarness(t testing.TB, b statestore.Backend) *harnessStates {
 	var s harnessStates
 	var err error
 	s.count, err = statestore.RegisterValue(b, statestore.ValueDescriptor[int64]{Name: "count"})
@@ -220,7 +220,7 @@ func registerHarness(t *testing.T, b statestore.Backend) *harnessStates {
 	return &s
 }
 
-func fullSnapshot(t *testing.T, b statestore.Backend) []byte {
+func fullSnapshot(t testing.TB, b statestore.Backend) []byte {
 	s, err := b.Snapshot()
 	require.NoError(t, err)
 	var buf bytes.Buffer

@@ -323,3 +323,45 @@ func TestCopyUnusable(t *testing.T) {
 	require.Contains(t, copyUnusable(m, 0, 20, id, time.Hour, now), "older than the topic's delete.retention.ms")
 	require.Contains(t, copyUnusable(m, 0, 20, id, 0, now), "delete.retention.ms is not known")
 }
+
+// BenchmarkGroupRestore measures the restore of a state of 100,000 keys
+// (8 changelog partitions) by a process started again: "changelog" without
+// a local copy (every record read from the changelog), "changelog+copy"
+// the same with the copy written after the read (the first restore of a
+// process, or one whose copy cannot be used), "copy" from the local copy
+// with nothing after it in the changelog. It reports the records read
+// from the changelog and taken from the copy per restore.
+func BenchmarkGroupRestore(b *testing.B) {
+	const keys = 100_000
+	for _, mode := range []string{"changelog", "changelog+copy", "copy"} {
+		b.Run(mode, func(b *testing.B) {
+			h := newChangelogHarness(b, 8)
+			dir := ""
+			if mode != "changelog" {
+				dir = b.TempDir()
+			}
+			logger := slog.New(slog.DiscardHandler)
+			h.g = h.process("p1", dir, logger)
+			gen, be := h.restore("memory")
+			s := registerHarness(b, be)
+			for i := range keys {
+				s.count.Put(userKey(i), "", int64(i))
+			}
+			h.commit(gen, be, 1)
+			var r *changelogRestore
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				h.g.local.close()
+				if mode == "changelog+copy" {
+					require.NoError(b, os.Remove(filepath.Join(dir, localStateFile)))
+				}
+				h.g = h.process("p1", dir, logger)
+				b.StartTimer()
+				_, _, r = h.restoreCounted("memory")
+			}
+			b.ReportMetric(float64(r.read), "changelog-records/op")
+			b.ReportMetric(float64(r.local), "copy-records/op")
+		})
+	}
+}
