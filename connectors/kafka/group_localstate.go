@@ -118,8 +118,10 @@ func decodeCopyMeta(b []byte) (copyMeta, error) {
 
 // itemSum is an item's part of a copy's sum: a hash of its key and value.
 func itemSum(key, value []byte) uint64 {
-	d := xxhash.New()
-	_, _ = d.Write(binary.AppendUvarint(nil, uint64(len(key))))
+	var d xxhash.Digest
+	d.Reset()
+	var n [binary.MaxVarintLen64]byte
+	_, _ = d.Write(n[:binary.PutUvarint(n[:], uint64(len(key)))])
 	_, _ = d.Write(key)
 	_, _ = d.Write(value)
 	return d.Sum64()
@@ -362,7 +364,10 @@ func writeCopy(tx *bolt.Tx, u copyUpdate) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for k, v := range u.changes {
+	// In key order: bbolt appends to its pages instead of inserting into
+	// them.
+	for _, k := range slices.Sorted(maps.Keys(u.changes)) {
+		v := u.changes[k]
 		if len(k) > bolt.MaxKeySize {
 			return false, tb.DeleteBucket(name)
 		}

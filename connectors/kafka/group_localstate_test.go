@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -325,43 +326,49 @@ func TestCopyUnusable(t *testing.T) {
 }
 
 // BenchmarkGroupRestore measures the restore of a state of 100,000 keys
-// (8 changelog partitions) by a process started again: "changelog" without
-// a local copy (every record read from the changelog), "changelog+copy"
-// the same with the copy written after the read (the first restore of a
-// process, or one whose copy cannot be used), "copy" from the local copy
-// with nothing after it in the changelog. It reports the records read
-// from the changelog and taken from the copy per restore.
+// (8 changelog partitions) by a process started again, whose keys were
+// written once or five times (the changelog holds each write until
+// compaction): "changelog" without a local copy (every record read from
+// the changelog), "changelog+copy" the same with the copy written after
+// the read (the first restore of a process, or one whose copy cannot be
+// used), "copy" from the local copy with nothing after it in the
+// changelog. It reports the records read from the changelog and taken
+// from the copy per restore.
 func BenchmarkGroupRestore(b *testing.B) {
 	const keys = 100_000
-	for _, mode := range []string{"changelog", "changelog+copy", "copy"} {
-		b.Run(mode, func(b *testing.B) {
-			h := newChangelogHarness(b, 8)
-			dir := ""
-			if mode != "changelog" {
-				dir = b.TempDir()
-			}
-			logger := slog.New(slog.DiscardHandler)
-			h.g = h.process("p1", dir, logger)
-			gen, be := h.restore("memory")
-			s := registerHarness(b, be)
-			for i := range keys {
-				s.count.Put(userKey(i), "", int64(i))
-			}
-			h.commit(gen, be, 1)
-			var r *changelogRestore
-			b.ResetTimer()
-			for range b.N {
-				b.StopTimer()
-				h.g.local.close()
-				if mode == "changelog+copy" {
-					require.NoError(b, os.Remove(filepath.Join(dir, localStateFile)))
+	for _, writes := range []int{1, 5} {
+		for _, mode := range []string{"changelog", "changelog+copy", "copy"} {
+			b.Run(fmt.Sprintf("writes=%d/%s", writes, mode), func(b *testing.B) {
+				h := newChangelogHarness(b, 8)
+				dir := ""
+				if mode != "changelog" {
+					dir = b.TempDir()
 				}
+				logger := slog.New(slog.DiscardHandler)
 				h.g = h.process("p1", dir, logger)
-				b.StartTimer()
-				_, _, r = h.restoreCounted("memory")
-			}
-			b.ReportMetric(float64(r.read), "changelog-records/op")
-			b.ReportMetric(float64(r.local), "copy-records/op")
-		})
+				gen, be := h.restore("memory")
+				s := registerHarness(b, be)
+				for w := range writes {
+					for i := range keys {
+						s.count.Put(userKey(i), "", int64(w*keys+i))
+					}
+					h.commit(gen, be, int64(w+1))
+				}
+				var r *changelogRestore
+				b.ResetTimer()
+				for range b.N {
+					b.StopTimer()
+					h.g.local.close()
+					if mode == "changelog+copy" {
+						require.NoError(b, os.Remove(filepath.Join(dir, localStateFile)))
+					}
+					h.g = h.process("p1", dir, logger)
+					b.StartTimer()
+					_, _, r = h.restoreCounted("memory")
+				}
+				b.ReportMetric(float64(r.read), "changelog-records/op")
+				b.ReportMetric(float64(r.local), "copy-records/op")
+			})
+		}
 	}
 }
