@@ -307,6 +307,46 @@ func TestGroupLocalStateCorrupt(t *testing.T) {
 	require.Zero(t, r4.read)
 }
 
+// TestGroupLocalStateRefresh: a commit that wrote nothing to a partition
+// refreshes the time of its copy once the copy is localRefresh old (the
+// generation owns the partition: it still equals it), and leaves a younger
+// copy as it is; the offset and the items stay.
+func TestGroupLocalStateRefresh(t *testing.T) {
+	h := newChangelogHarness(t, 2)
+	h.g = h.process("a", t.TempDir(), slog.New(slog.DiscardHandler))
+	gen, b := h.restore("memory")
+	s := registerHarness(t, b)
+	for i := range 20 {
+		s.count.Put(userKey(i), "", int64(i))
+	}
+	h.commit(gen, b, 1)
+	tps := make([]topicPartition, 0, len(gen.copied))
+	for tp := range gen.copied {
+		tps = append(tps, tp)
+	}
+	require.Len(t, tps, 2)
+	before := map[topicPartition]copyMeta{}
+	for _, tp := range tps {
+		c, err := h.g.local.load(tp)
+		require.NoError(t, err)
+		before[tp] = c.meta
+	}
+
+	now := time.Now().Add(time.Hour)
+	gen.copied[tps[0]] = now.Add(-localRefresh)
+	gen.copied[tps[1]] = now.Add(-localRefresh + time.Second)
+	gen.updateLocal(newLocalTxn(), now)
+	for i, tp := range tps {
+		c, err := h.g.local.load(tp)
+		require.NoError(t, err)
+		want := before[tp]
+		if i == 0 {
+			want.updated = now.UnixMilli()
+		}
+		require.Equal(t, want, c.meta, "partition %s", tp)
+	}
+}
+
 // TestCopyUnusable: a copy is used when its offset is within the
 // partition, its topic is the one the broker has, and it is younger than
 // the topic's delete.retention.ms.
