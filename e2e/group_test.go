@@ -350,7 +350,8 @@ func checkGroupStatus(t *testing.T, p *groupProcess, g *groupTest) {
 // again with the same state directory (its transactional id fences what
 // the killed one left open), twice, commits exactly the one-process
 // result: nothing lost, nothing twice. The restarted processes restore
-// the windows' state from the changelog.
+// the windows' state from their local copy of the changelog and the
+// changelog's records after it.
 func TestGroupRestart(t *testing.T) {
 	g := newGroupTest(t, "restart")
 	file, state := mustAbs(t, "testdata/group/window.yaml"), t.TempDir()
@@ -365,7 +366,7 @@ func TestGroupRestart(t *testing.T) {
 		awaitCommitted(t, g.brokers, g.out, committed, p)
 		require.Equal(t, -1, p.stop(t, syscall.SIGKILL), "SIGKILL")
 		if i > 0 {
-			require.Contains(t, p.stderr.String(), `"msg":"restored keyed state from the changelogs"`)
+			requireLocalRestore(t, p)
 		}
 		committed = len(g.committed(t))
 	}
@@ -373,7 +374,31 @@ func TestGroupRestart(t *testing.T) {
 	want := g.reference(t)
 	p := startGroupProcess(t, file, state, g.env)
 	g.finish(t, want, "group output after SIGKILLs and restarts vs the one-process run", p)
+	requireLocalRestore(t, p)
 	t.Logf("%d windows; restarted process log:\n%s", len(want), grepLines(p.stderr.String(), "restored keyed state", "group generation"))
+}
+
+// requireLocalRestore requires that the first restore of a process
+// started again with its state directory took every changelog partition
+// (one per key group) from its local copy, which held state.
+func requireLocalRestore(t *testing.T, p *groupProcess) {
+	t.Helper()
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		var e struct {
+			Msg             string
+			Partitions      int
+			LocalPartitions int `json:"local_partitions"`
+			LocalRecords    int `json:"local_records"`
+		}
+		if json.Unmarshal([]byte(l), &e) != nil || e.Msg != "restored keyed state from the changelogs" {
+			continue
+		}
+		require.Equal(t, 8, e.Partitions, l)
+		require.Equal(t, e.Partitions, e.LocalPartitions, "every partition restores from the local copy: %s", l)
+		require.Positive(t, e.LocalRecords, "the copy holds the windows' state: %s", l)
+		return
+	}
+	require.FailNow(t, "the process never restored", p.stderr.String())
 }
 
 // TestGroupThreeProcesses: three processes of the same file share the

@@ -50,14 +50,19 @@ type GroupPurge struct {
 type GroupRestore struct {
 	// Done is false while the changelogs are read.
 	Done bool `json:"done"`
-	// Partitions is the number of changelog partitions read; Records the
-	// records read from them so far.
+	// Partitions is the number of changelog partitions restored; Records
+	// the records read from the changelogs so far.
 	Partitions int   `json:"partitions"`
 	Records    int64 `json:"records"`
 	// Waiting is the number of changelog partitions whose open
 	// transactions the restore waits for before it reads them (a process
 	// that died holds them until the group's transaction timeout).
 	Waiting int `json:"waiting"`
+	// LocalPartitions is the number of partitions restored from the
+	// process's local copy (and the changelog's records after the copy's
+	// offset); LocalRecords the records the copies held.
+	LocalPartitions int   `json:"local_partitions"`
+	LocalRecords    int64 `json:"local_records"`
 	// DurationMS is how long the restore took, or takes so far.
 	DurationMS int64 `json:"duration_ms"`
 	started    time.Time
@@ -73,6 +78,7 @@ type groupReport struct {
 	rebalances     prometheus.Counter
 	assigned       *prometheus.GaugeVec
 	restoreRecords prometheus.Counter
+	restoreLocal   prometheus.Counter
 	restoreSeconds prometheus.Gauge
 	purgedRecords  prometheus.Counter
 	purgeErrors    prometheus.Counter
@@ -90,6 +96,8 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 			Help: "Partitions of a topic assigned to this process of a group run."}, []string{"topic"}),
 		restoreRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_restore_records_total",
 			Help: "Changelog records read to restore keyed state, over the generations."}),
+		restoreLocal: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_restore_local_records_total",
+			Help: "Records taken from the process's local copy of the changelogs to restore keyed state, over the generations."}),
 		restoreSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_group_restore_seconds",
 			Help: "How long the last restore of keyed state from the changelogs took."}),
 		purgedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_purged_records_total",
@@ -101,7 +109,7 @@ func newGroupReport(m *Metrics, id, process string) *groupReport {
 		changelogBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_group_changelog_bytes_total",
 			Help: "Bytes of the keys and values of the records this process committed to the changelogs of keyed state."}),
 	}
-	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreSeconds, r.purgedRecords, r.purgeErrors,
+	m.Registry.MustRegister(r.generation, r.rebalances, r.assigned, r.restoreRecords, r.restoreLocal, r.restoreSeconds, r.purgedRecords, r.purgeErrors,
 		r.changelogRecs, r.changelogBytes)
 	return r
 }
@@ -138,8 +146,8 @@ func (r *GroupRun) Generation(info GroupGenerationInfo) {
 	g.st.Restore = GroupRestore{}
 }
 
-// RestoreStarted reports that the generation reads partitions changelog
-// partitions.
+// RestoreStarted reports that the generation restores partitions
+// changelog partitions.
 func (r *GroupRun) RestoreStarted(partitions int) {
 	if r.report == nil {
 		return
@@ -170,6 +178,19 @@ func (r *GroupRun) RestoreRead(n int) {
 	defer r.report.mu.Unlock()
 	r.report.st.Restore.Records += int64(n)
 	r.report.restoreRecords.Add(float64(n))
+}
+
+// RestoreLocal reports that the restore starts partitions changelog
+// partitions from the process's local copy, which holds records records.
+func (r *GroupRun) RestoreLocal(partitions, records int) {
+	if r.report == nil {
+		return
+	}
+	r.report.mu.Lock()
+	defer r.report.mu.Unlock()
+	r.report.st.Restore.LocalPartitions = partitions
+	r.report.st.Restore.LocalRecords = int64(records)
+	r.report.restoreLocal.Add(float64(records))
 }
 
 // RestoreDone reports that the generation's keyed state is restored.

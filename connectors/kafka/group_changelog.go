@@ -285,6 +285,9 @@ func (c *changelogWriter) send(kg, piece int, key string, n int, data []byte) er
 	msg.Topic = c.topic.Name
 	msg.Partition = int32(pipeline.KeyGroupPartition(kg, c.gen.g.run.Plan.MaxParallelism, c.topic.Partitions))
 	msg.Key = sarama.ByteEncoder(changelogKey(kg, piece, key))
+	if rec := c.gen.recording(); rec != nil {
+		msg.Metadata = rec // the local copy takes the record once committed
+	}
 	if n > 0 {
 		v := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen32+len(data)), uint64(n))
 		msg.Value = sarama.ByteEncoder(append(v, data...))

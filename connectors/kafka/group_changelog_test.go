@@ -26,7 +26,7 @@ import (
 // txnStore takes a backend's checkpoints as the job's coordinator hands
 // them over, and readChangelogs restores them.
 type changelogHarness struct {
-	t      *testing.T
+	t      testing.TB
 	gp     *pipeline.GroupPlan
 	g      *groupRun
 	maxPar int
@@ -36,25 +36,27 @@ type changelogHarness struct {
 
 const harnessPart = "op/per_user/0"
 
-func newChangelogHarness(t *testing.T, maxPar int) *changelogHarness {
+func newChangelogHarness(t testing.TB, maxPar int) *changelogHarness {
 	brokers := testBrokers(t)
 	src := testTopic(t, brokers, 1)
 	gp := groupPipeline(t, brokers, src+"-g", src, maxPar)
 	_, err := pipeline.EnsureGroupTopics(groupAdminOf(t, gp), gp)
 	require.NoError(t, err)
 	h := &changelogHarness{t: t, gp: gp, maxPar: maxPar, clock: 1_000_000}
-	h.g = h.process("p1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.g = h.process("p1", "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return h
 }
 
-// process connects a process of the harness's group, without joining the
-// consumer group: its client and transactional producer.
-func (h *changelogHarness) process(id string, logger *slog.Logger) *groupRun {
+// process connects a process of the harness's group: its client and
+// transactional producer (process id pid), and with a state directory its
+// local copy of the changelogs. The test's end closes it.
+func (h *changelogHarness) process(pid, stateDir string, logger *slog.Logger) *groupRun {
 	t := h.t
 	cfg := h.gp.Group.Client.(*GroupClientConfig)
-	run := &pipeline.GroupRun{Plan: h.gp, Logger: logger, ProcessID: id}
+	run := &pipeline.GroupRun{Plan: h.gp, Logger: logger, ProcessID: pid, StateDir: stateDir}
 	g := &groupRun{cfg: cfg, run: run, logger: run.Logger}
 	g.purge = newPurger(g)
+	g.local = openLocalState(stateDir, logger)
 	sc, err := cfg.saramaConfig()
 	require.NoError(t, err)
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
@@ -184,12 +186,19 @@ func (h *changelogHarness) records() int {
 
 // restore reads the changelog into a new generation and a new backend.
 func (h *changelogHarness) restore(kind string) (*generation, statestore.IncrementalBackend) {
+	h.t.Helper()
+	gen, b, _ := h.restoreCounted(kind)
+	return gen, b
+}
+
+// restoreCounted is restore, which also returns the restore's counts.
+func (h *changelogHarness) restoreCounted(kind string) (*generation, statestore.IncrementalBackend, *changelogRestore) {
 	t := h.t
 	t.Helper()
 	gen := h.generation()
 	r, err := gen.readChangelogs(t.Context())
 	require.NoError(t, err)
-	return gen, h.restoreInto(r, kind)
+	return gen, h.restoreInto(r, kind), r
 }
 
 // restoreInto restores what a restore read into a new backend.
@@ -213,7 +222,7 @@ type harnessStates struct {
 	tm    *statestore.TimerService
 }
 
-func registerHarness(t *testing.T, b statestore.Backend) *harnessStates {
+func registerHarness(t testing.TB, b statestore.Backend) *harnessStates {
 	var s harnessStates
 	var err error
 	s.count, err = statestore.RegisterValue(b, statestore.ValueDescriptor[int64]{Name: "count"})
@@ -226,7 +235,7 @@ func registerHarness(t *testing.T, b statestore.Backend) *harnessStates {
 	return &s
 }
 
-func fullSnapshot(t *testing.T, b statestore.Backend) []byte {
+func fullSnapshot(t testing.TB, b statestore.Backend) []byte {
 	s, err := b.Snapshot()
 	require.NoError(t, err)
 	var buf bytes.Buffer
@@ -440,7 +449,7 @@ func TestGroupChangelogRestoreWaits(t *testing.T) {
 			// Another process restores the key groups meanwhile.
 			waiting := make(chan struct{})
 			logger := slog.New(&messageSignal{msg: "restore waits for the transactions open on changelog partitions to end", ch: waiting})
-			other := h.process("p2", logger)
+			other := h.process("p2", "", logger)
 			type result struct {
 				r   *changelogRestore
 				err error

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -57,6 +58,7 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 	}
 	g := &groupRun{cfg: c, run: run, logger: run.Logger}
 	g.purge = newPurger(g)
+	g.local = openLocalState(run.StateDir, run.Logger)
 	if err := g.connect(); err != nil {
 		g.close()
 		return err
@@ -173,6 +175,9 @@ type groupRun struct {
 	gen *generation
 	// purge deletes the repartition records the generations committed.
 	purge *purger
+	// local is the process's local copy of its changelog partitions; nil
+	// without a state directory.
+	local *localState
 	// failed is the error of a job that failed: the run ends with it.
 	failed error
 }
@@ -297,6 +302,7 @@ func (g *groupRun) close() {
 	if g.client != nil {
 		_ = g.client.Close()
 	}
+	g.local.close()
 }
 
 // Setup starts a generation: it reads the state of the assigned
@@ -403,6 +409,16 @@ type generation struct {
 	// held is what the changelogs hold of the assigned key groups
 	// (restored or written), and the last committed checkpoint.
 	held changelogHeld
+	// copied is when each changelog partition's local copy was last known
+	// to equal the partition (group_localstate.go): the partitions whose
+	// copy the commits keep up to date. nil without a local copy.
+	copied   map[topicPartition]time.Time
+	copiedMu sync.Mutex // the restore's goroutines
+	// topicIDs are the changelog topics' ids, which the copies record.
+	topicIDs map[string]sarama.Uuid
+	// rec records the changelog records of the open transaction for the
+	// local copy; nil without one.
+	rec atomic.Pointer[localTxn]
 
 	job     *pipeline.Job
 	jobDone chan struct{}

@@ -125,9 +125,13 @@ func (w *txnWriter) Create(part string, base int64) (checkpoint.PartWriter, erro
 // generation's group metadata, and begins the next one.
 func (w *txnWriter) Complete(ctx context.Context) error {
 	g := w.gen.g
+	at := time.Now()
 	if err := g.out.flush(ctx); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", w.id, err)
 	}
+	// Every record of the transaction is acknowledged: rec has the
+	// changelog records' offsets.
+	rec := w.gen.nextRecording()
 	offsets := map[string][]*sarama.PartitionOffsetMetadata{}
 	w.mu.Lock()
 	for tp, next := range w.offsets {
@@ -156,6 +160,8 @@ func (w *txnWriter) Complete(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	g.run.ChangelogWritten(records, bytes)
+	// The changelog records are committed: the local copy takes them.
+	w.gen.updateLocal(rec, at)
 	w.gen.held.committed(w.id)
 	if err := g.producer.BeginTxn(); err != nil {
 		return fmt.Errorf("checkpoint %d: begin the next transaction: %w", w.id, err)
@@ -174,6 +180,9 @@ func (w *txnWriter) Abort() error { return nil }
 // parallelism 1 takes them all.
 type changelogRestore struct {
 	parts map[string][]byte
+	// read is the number of records read from the changelogs; local the
+	// records taken from the local copies, of localParts partitions.
+	read, local, localParts int
 }
 
 var _ pipeline.RestoredCheckpoint = (*changelogRestore)(nil)
@@ -207,10 +216,13 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// readChangelogs reads the changelog partitions of the stages that run
-// here, each from its start to its last stable offset once the
-// transactions open on it ended (settledEnds), and keeps the last record
-// of each key group. The process's producer has fenced its previous
+// readChangelogs restores the changelog partitions of the stages that run
+// here, each up to its last stable offset once the transactions open on
+// it ended (settledEnds): from the process's local copy of the partition
+// and the records after the copy's offset where the copy can be used
+// (localStarts), else from the partition's start. It keeps the last
+// record of each key group's keys, and brings the local copy up to the
+// offsets read to. The process's producer has fenced its previous
 // incarnation already, so no transaction of its own holds the end back.
 func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, error) {
 	g := gen.g
@@ -230,6 +242,9 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 	if len(tps) == 0 {
 		return r, nil
 	}
+	// The local copies will equal the partitions up to the ends as of now.
+	began := time.Now()
+	// Both reads, from a copy's offset or from the start, go to these ends.
 	ends, err := gen.settledEnds(ctx, tps)
 	if err != nil {
 		return nil, fmt.Errorf("restore: the end of the changelogs: %w", err)
@@ -239,22 +254,49 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 		return nil, fmt.Errorf("restore: the start of the changelogs: %w", err)
 	}
 	start := time.Now()
+	copies := gen.localStarts(tps, starts, ends, began)
+	local := 0
+	for _, c := range copies {
+		local += int(c.meta.count)
+	}
+	g.run.RestoreLocal(len(copies), local)
 	// The partitions are read at once.
 	type result struct {
-		tp   topicPartition
-		last map[string][]byte
-		n    int
-		err  error
+		tp    topicPartition
+		items map[string][]byte
+		n     int
+		err   error
 	}
 	results := make(chan result, len(tps))
 	for _, tp := range tps {
 		go func() {
-			if ends[tp] <= starts[tp] {
-				results <- result{tp: tp}
+			c, from := copies[tp], starts[tp]
+			if c != nil {
+				from = c.meta.next
+			}
+			var tail map[string][]byte
+			var n int
+			var err error
+			if ends[tp] > from {
+				tail, n, err = readPartitionTo(ctx, g.client, tp, from, ends[tp], g.run.RestoreRead)
+			}
+			if err != nil {
+				results <- result{tp: tp, err: err}
 				return
 			}
-			last, n, err := readPartitionTo(ctx, g.client, tp, starts[tp], ends[tp], g.run.RestoreRead)
-			results <- result{tp, last, n, err}
+			items := tail
+			if c != nil {
+				items = c.items
+				for k, v := range tail {
+					if v == nil {
+						delete(items, k)
+					} else {
+						items[k] = v
+					}
+				}
+			}
+			gen.restoredLocal(tp, c == nil, tail, ends[tp], began)
+			results <- result{tp, items, n, nil}
 		}()
 	}
 	records := 0
@@ -265,7 +307,7 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 		if res.err == nil {
 			step := stepOf[res.tp.topic]
 			var groups map[int][]byte
-			if groups, res.err = restoreItems(res.last, gen.held.step(step)); res.err == nil {
+			if groups, res.err = restoreItems(res.items, gen.held.step(step)); res.err == nil {
 				records += res.n
 				if blobs[step] == nil {
 					blobs[step] = map[int][]byte{}
@@ -289,8 +331,12 @@ func (gen *generation) readChangelogs(ctx context.Context) (*changelogRestore, e
 			r.parts["op/"+step+"/0"] = part
 		}
 	}
+	r.read, r.local, r.localParts = records, local, len(copies)
+	if gen.copied != nil {
+		gen.rec.Store(newLocalTxn()) // the commits keep the copies up to date
+	}
 	g.logger.Info("restored keyed state from the changelogs", "partitions", len(tps), "records", records,
-		"duration", time.Since(start).Round(time.Millisecond))
+		"local_partitions", len(copies), "local_records", local, "duration", time.Since(start).Round(time.Millisecond))
 	return r, nil
 }
 

@@ -16,7 +16,7 @@ import (
 // groupPipeline is a pipeline in group mode that reads topic and keeps a
 // window per user: one repartition topic and one changelog, of maxPar
 // partitions each.
-func groupPipeline(t *testing.T, brokers []string, id, topic string, maxPar int) *pipeline.GroupPlan {
+func groupPipeline(t testing.TB, brokers []string, id, topic string, maxPar int) *pipeline.GroupPlan {
 	t.Helper()
 	spec, err := pipeline.Load(pipeline.Default, "group.yaml", []byte(groupPipelineText(brokers, id, topic, maxPar, "")))
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ sinks:
 
 // groupAdminOf connects the admin of a group plan's client, closed at the
 // end of the test.
-func groupAdminOf(t *testing.T, gp *pipeline.GroupPlan) pipeline.GroupAdmin {
+func groupAdminOf(t testing.TB, gp *pipeline.GroupPlan) pipeline.GroupAdmin {
 	t.Helper()
 	admin, err := gp.Group.Client.NewGroupAdmin()
 	require.NoError(t, err)

@@ -838,7 +838,8 @@ func (s *sink) fence(id string) error {
 
 // output is one sarama AsyncProducer whose acknowledgements are counted by
 // two goroutines of its own, so that the task goroutine only hands records
-// over and Flush waits for the count to reach zero.
+// over and Flush waits for the count to reach zero. A message whose
+// Metadata is an ackRecorder is told its offset when acknowledged.
 type output struct {
 	p sarama.AsyncProducer
 	// inflight counts records handed over and not yet acknowledged.
@@ -862,6 +863,9 @@ func newOutput(p sarama.AsyncProducer) *output {
 	o.nextTxn()
 	o.done.Go(func() {
 		for m := range p.Successes() {
+			if r, ok := m.Metadata.(ackRecorder); ok {
+				r.acked(m)
+			}
 			o.recycle(m)
 			if ch := o.unacked.Load(); ch != nil && o.unacked.CompareAndSwap(ch, nil) {
 				close(*ch)
