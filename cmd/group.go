@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -130,18 +131,31 @@ func loadGroupPlan(c *cobra.Command, file string) (*pipeline.GroupPlan, pipeline
 
 // groupTopicsView is the json output of `eddy group topics`.
 type groupTopicsView struct {
-	Group   string                `json:"group"`
-	Topics  []groupTopicStateView `json:"topics"`
-	Stages  []groupStageTasksView `json:"stages"`
-	Created []string              `json:"created"`
+	Group  string                `json:"group"`
+	Topics []groupTopicStateView `json:"topics"`
+	// Patterns are the sources with a topic pattern and the topics it
+	// matches now.
+	Patterns []groupPatternView    `json:"patterns"`
+	Stages   []groupStageTasksView `json:"stages"`
+	Created  []string              `json:"created"`
+}
+
+// groupPatternView is a source with a topic pattern and the topics of
+// the cluster it matches.
+type groupPatternView struct {
+	Source  string   `json:"source"`
+	Pattern string   `json:"pattern"`
+	Topics  []string `json:"topics"`
 }
 
 // groupTopicStateView is a topic as the cluster has it, and what the plan
 // wants of it.
 type groupTopicStateView struct {
-	Name              string `json:"name"`
-	Kind              string `json:"kind"`
-	Step              string `json:"step,omitempty"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Step string `json:"step,omitempty"`
+	// Source is the source that reads a source topic.
+	Source            string `json:"source,omitempty"`
 	Exists            bool   `json:"exists"`
 	Partitions        int    `json:"partitions"`
 	ReplicationFactor int    `json:"replication_factor"`
@@ -153,8 +167,8 @@ type groupTopicStateView struct {
 }
 
 // groupStageTasksView is the number of tasks of a stage; Tasks is nil
-// when a source topic's partitions are not known (a pattern, or a topic
-// the cluster lacks).
+// when a source topic's partitions are not known (a topic the cluster
+// lacks, or topic patterns whose topics overlap).
 type groupStageTasksView struct {
 	Index int  `json:"index"`
 	Tasks *int `json:"tasks,omitempty"`
@@ -169,7 +183,7 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	defer admin.Close()
-	v := &groupTopicsView{Group: gp.Group.ID, Topics: []groupTopicStateView{}, Stages: []groupStageTasksView{}, Created: []string{}}
+	v := &groupTopicsView{Group: gp.Group.ID, Topics: []groupTopicStateView{}, Patterns: []groupPatternView{}, Stages: []groupStageTasksView{}, Created: []string{}}
 	if o.create {
 		created, err := pipeline.EnsureGroupTopics(admin, gp)
 		v.Created = append(v.Created, created...)
@@ -177,7 +191,35 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 			return runtimeFailure(err) // a mismatch is listed below
 		}
 	}
-	sources := gp.SourceTopics()
+	// The sources' topics: those listed and those the topic patterns
+	// match now, resolved as a run resolves them before it joins.
+	var cluster map[string]int
+	if gp.HasPatterns() {
+		if cluster, err = admin.ListTopics(); err != nil {
+			return runtimeFailure(fmt.Errorf("list the cluster's topics: %w", err))
+		}
+	}
+	var problems []string
+	resolved, err := gp.ResolveTopics(cluster)
+	if err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+		resolved = nil
+	}
+	sources, sourceOf := gp.SourceTopics(), map[string]string{}
+	if resolved != nil {
+		sources = nil
+		for _, s := range gp.Stages {
+			for _, src := range s.Sources {
+				for _, t := range resolved.Of[src.Node.ID] {
+					sources, sourceOf[t] = append(sources, t), src.Node.ID
+				}
+			}
+		}
+		for id, ts := range gp.Matched(resolved) {
+			v.Patterns = append(v.Patterns, groupPatternView{Source: id, Pattern: patternOf(gp, id), Topics: append([]string{}, ts...)})
+		}
+		slices.SortFunc(v.Patterns, func(a, b groupPatternView) int { return strings.Compare(a.Source, b.Source) })
+	}
 	var names []string
 	for _, t := range gp.Topics {
 		names = append(names, t.Name)
@@ -187,9 +229,8 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 		return runtimeFailure(fmt.Errorf("describe topics: %w", err))
 	}
 	partitions := map[string]int{}
-	var problems []string
 	for i, s := range states {
-		tv := groupTopicStateView{Name: s.Name, Kind: "source", Exists: s.Exists, Partitions: s.Partitions,
+		tv := groupTopicStateView{Name: s.Name, Kind: "source", Source: sourceOf[s.Name], Exists: s.Exists, Partitions: s.Partitions,
 			ReplicationFactor: s.ReplicationFactor, CleanupPolicy: s.CleanupPolicy}
 		if i < len(gp.Topics) {
 			t := gp.Topics[i]
@@ -211,8 +252,10 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 	}
 	for _, s := range gp.Stages {
 		sv := groupStageTasksView{Index: s.Index}
-		if n, err := s.TasksFor(partitions); err == nil && !hasPattern(s) {
-			sv.Tasks = &n
+		if resolved != nil {
+			if n, err := s.TasksFor(&pipeline.GroupTopics{Of: resolved.Of, Partitions: partitions}); err == nil {
+				sv.Tasks = &n
+			}
 		}
 		v.Stages = append(v.Stages, sv)
 	}
@@ -233,15 +276,16 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 	return nil
 }
 
-// hasPattern tells whether a stage reads a source by pattern, whose
-// topics `group topics` does not list.
-func hasPattern(s *pipeline.GroupStage) bool {
-	for _, src := range s.Sources {
-		if src.Input.Pattern != "" {
-			return true
+// patternOf returns the topic pattern of source id.
+func patternOf(gp *pipeline.GroupPlan, id string) string {
+	for _, s := range gp.Stages {
+		for _, src := range s.Sources {
+			if src.Node.ID == id {
+				return src.Input.Pattern
+			}
 		}
 	}
-	return false
+	return ""
 }
 
 // groupTopicsText is the text output of `eddy group topics`.
@@ -267,6 +311,13 @@ func groupTopicsText(v *groupTopicsView) string {
 	}
 	for _, line := range table(rows) {
 		b.WriteString("  " + line + "\n")
+	}
+	for _, p := range v.Patterns {
+		matches := "no topic yet"
+		if len(p.Topics) > 0 {
+			matches = strings.Join(p.Topics, ", ")
+		}
+		fmt.Fprintf(&b, "source %s: topic_pattern %s matches %s\n", p.Source, p.Pattern, matches)
 	}
 	b.WriteString("tasks:")
 	for _, s := range v.Stages {
