@@ -1,0 +1,176 @@
+package kafka
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddy-stream/eddy/pipeline"
+)
+
+// patternBase is the event time of the pattern test's first record, at
+// the start of a 10s window.
+const patternBase = 1_700_000_000_000
+
+// patternPipelineText is a pipeline that reads the topics matching
+// pattern, keeps a count per user and 10s window, and writes the counts
+// to out. With group keys it runs in group mode as group id; without, in
+// one process to the end of the topics (stop_at: latest).
+func patternPipelineText(brokers []string, id, pattern, out string, group bool) string {
+	bs := strings.Join(brokers, ", ")
+	head, bound := "", "    stop_at: latest\n"
+	if group {
+		head = fmt.Sprintf("group:\n  brokers: [%s]\n  id: %s\n  replication_factor: 1\n  commit_interval: 100ms\n", bs, id)
+		bound = "    discovery_interval: 100ms\n"
+	}
+	return fmt.Sprintf(`
+version: 1
+name: pattern
+max_parallelism: 4
+%[1]s
+sources:
+  - id: in
+    type: kafka
+    brokers: [%[2]s]
+    topic_pattern: '%[3]s'
+    event_time: ts
+    watermark: {max_out_of_orderness: 0}
+%[4]s
+steps:
+  - id: per_user
+    key_by: user
+    window: {type: tumbling, size: 10s}
+    aggregate: {n: count()}
+sinks:
+  - id: out
+    type: kafka
+    brokers: [%[2]s]
+    topic: %[5]s
+    key: user
+`, head, bs, pattern, bound, out)
+}
+
+// patternInput is n records of ten users in each partition of topic,
+// from event time from on, one a second, then a record of user flush
+// at flush in each partition, which moves its watermark past them.
+func patternInput(topic string, partitions int32, from int64, n int, flush int64) []*sarama.ProducerMessage {
+	var msgs []*sarama.ProducerMessage
+	for p := range partitions {
+		for i := range n {
+			msgs = append(msgs, msg(topic, p, fmt.Sprintf(`{"user":"u%d","ts":%d}`, i%10, from+int64(i)*1000)))
+		}
+	}
+	return append(msgs, patternFlush(topic, partitions, flush)...)
+}
+
+// patternFlush is a record of user flush at ts in each partition of topic.
+func patternFlush(topic string, partitions int32, ts int64) []*sarama.ProducerMessage {
+	var msgs []*sarama.ProducerMessage
+	for p := range partitions {
+		msgs = append(msgs, msg(topic, p, fmt.Sprintf(`{"user":"flush","ts":%d}`, ts)))
+	}
+	return msgs
+}
+
+// windowCounts returns the committed window outputs of topic, without
+// user flush's, sorted.
+func windowCounts(t *testing.T, brokers []string, topic string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range readCommittedAll(t, brokers, topic) {
+		if m.Key != "flush" {
+			out = append(out, string(m.Value))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// assignedPartitions returns eddy_group_assigned_partitions of topic (0
+// when the process reads none of it).
+func assignedPartitions(t *testing.T, m *pipeline.Metrics, topic string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "eddy_group_assigned_partitions" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "topic" && l.GetValue() == topic {
+					return s.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestKafkaGroupPattern: a group run whose source has a topic_pattern
+// reads every topic that matches (and not the group's internal topics nor
+// its output), and a topic created while it runs that matches is picked
+// up: the generation ends, the process joins again with it, and reads it
+// from its earliest offset. The output is exactly what the pipeline
+// computes in one process over all the topics: every record counted once.
+func TestKafkaGroupPattern(t *testing.T) {
+	brokers := testBrokers(t)
+	base := testTopic(t, brokers, 1) // a unique prefix; the topic itself does not match
+	in := func(s string) string { return base + ".in." + s }
+	pattern := regexp.QuoteMeta(base) + `\.in\..*`
+	id, out, ref := base+"-g", base+".out", base+".ref"
+	admin := testAdmin(t, brokers)
+	for _, name := range []string{in("a"), in("b"), out, ref} {
+		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 1}, false))
+	}
+	// The first topics' records and their flush: 50 windows of a's (5
+	// windows of 10 users), and b's, 2s later, add 2 of a sixth window.
+	produce(t, brokers, patternInput(in("a"), 2, patternBase, 50, patternBase+60_000)...)
+	produce(t, brokers, patternInput(in("b"), 2, patternBase+2_000, 50, patternBase+60_000)...)
+
+	run := startGroupRun(t, patternPipelineText(brokers, id, pattern, out, true))
+	awaitGroup(t, run.ran, "the generation that reads both topics", func() bool {
+		return assignedPartitions(t, run.metrics, in("a")) == 2 && assignedPartitions(t, run.metrics, in("b")) == 2
+	})
+	require.Zero(t, assignedPartitions(t, run.metrics, base), "a topic the pattern does not match")
+	require.Zero(t, assignedPartitions(t, run.metrics, out))
+	require.Equal(t, float64(4), assignedPartitions(t, run.metrics, id+"-per_user-repartition"))
+	awaitGroup(t, run.ran, "the windows of the first topics", func() bool {
+		return len(windowCounts(t, brokers, out)) >= 52
+	})
+	rebalances := counterValue(t, run.metrics, "eddy_group_rebalances_total")
+
+	// A topic that matches is created while the group runs: the process
+	// joins again with it.
+	require.NoError(t, admin.CreateTopic(in("c"), &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 1}, false))
+	awaitGroup(t, run.ran, "the generation that reads the new topic", func() bool {
+		return assignedPartitions(t, run.metrics, in("c")) == 2
+	})
+	require.Greater(t, counterValue(t, run.metrics, "eddy_group_rebalances_total"), rebalances)
+	// Its records come after the first topics' flush; then every
+	// partition gets a flush a minute after them.
+	later := int64(patternBase + 120_000)
+	produce(t, brokers, patternInput(in("c"), 2, later, 50, later+60_000)...)
+	produce(t, brokers, patternFlush(in("a"), 2, later+60_000)...)
+	produce(t, brokers, patternFlush(in("b"), 2, later+60_000)...)
+
+	// The same pipeline in one process over all three topics.
+	spec, err := pipeline.Load(pipeline.Default, "ref.yaml", []byte(patternPipelineText(brokers, "", pattern, ref, false)))
+	require.NoError(t, err)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(t.Context()))
+	want := windowCounts(t, brokers, ref)
+	require.Len(t, want, 102, "52 windows of the first topics, 50 of the new one")
+
+	awaitGroup(t, run.ran, "the windows of the new topic", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(want)
+	})
+	require.NoError(t, run.stop())
+	require.Equal(t, want, windowCounts(t, brokers, out), "the group's output vs the one-process run's")
+}
