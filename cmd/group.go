@@ -59,8 +59,10 @@ exchange, a changelog per stateful step) and the consumer group.
 group block, with what the cluster has of each: whether it exists, its
 partitions, replication and cleanup.policy, and whether it serves the
 pipeline. It lists the topics the sources read as well, which must be in
-the group's cluster, and the tasks of each stage (eddy explain shows the
-stages).
+the group's cluster (for a topic_pattern, the topics it matches now, as a
+run resolves it when it joins the group), and the tasks of each stage
+(eddy explain shows the stages). Two sources that would read one topic
+are an error.
 
 An internal topic serves when its partitions and cleanup.policy are the
 plan's: max_parallelism partitions (a partition is a fixed range of key
@@ -70,15 +72,17 @@ with eddy group reset. --create first creates the internal topics the
 cluster lacks, with their partitions, replication factor and configs.
 
 --format json writes {"group": "id", "topics": [{"name", "kind":
-"repartition|changelog|source", "step", "exists", "partitions",
+"repartition|changelog|source", "step", "source", "exists", "partitions",
 "replication_factor", "cleanup_policy", "want_partitions",
-"want_cleanup_policy", "problem"}], "stages": [{"index", "tasks"}],
-"created": ["..."]}; "step", the "want_" keys, "problem" and "tasks" are
-omitted where they do not apply or are not known.
+"want_cleanup_policy", "problem"}], "patterns": [{"source", "pattern",
+"topics"}], "stages": [{"index", "tasks"}], "created": ["..."]}; "step",
+"source", the "want_" keys, "problem" and "tasks" are omitted where they
+do not apply or are not known.
 
 Exit codes: 0 every topic serves or is missing (a run creates it), 1 a
-topic does not serve, a source topic is not in the cluster, or the
-cluster cannot be reached, 2 invalid file or flags.`,
+topic does not serve, a source topic is not in the cluster, two sources
+read one topic, or the cluster cannot be reached, 2 invalid file or
+flags.`,
 		Args:              exactArgs(1, "one pipeline file"),
 		ValidArgsFunction: pipelineFiles,
 		RunE:              func(c *cobra.Command, args []string) error { return to.run(c, args[0]) },
@@ -252,8 +256,12 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 	}
 	for _, s := range gp.Stages {
 		sv := groupStageTasksView{Index: s.Index}
+		in := &pipeline.GroupTopics{Partitions: partitions}
 		if resolved != nil {
-			if n, err := s.TasksFor(&pipeline.GroupTopics{Of: resolved.Of, Partitions: partitions}); err == nil {
+			in.Of = resolved.Of
+		}
+		if resolved != nil || len(s.Sources) == 0 {
+			if n, err := s.TasksFor(in); err == nil {
 				sv.Tasks = &n
 			}
 		}
