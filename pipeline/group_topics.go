@@ -127,3 +127,23 @@ func (s GroupSourceInput) readsText() string {
 func internalTopicName(id string) *regexp.Regexp {
 	return regexp.MustCompile("^" + regexp.QuoteMeta(id) + "-.+-(changelog|repartition(-[0-9]+)?)$")
 }
+
+// StageOfTopic returns the stage that reads topic name: the receiving
+// stage of a repartition topic, or the stage of the source that lists the
+// topic or whose pattern matches it; nil for a topic no stage reads.
+func (g *GroupPlan) StageOfTopic(name string) *GroupStage {
+	for _, x := range g.Exchanges {
+		if x.Topic.Name == name {
+			return x.To
+		}
+	}
+	patterned := !strings.HasPrefix(name, "__") && !g.internal.MatchString(name)
+	for _, s := range g.Stages {
+		for _, src := range s.Sources {
+			if slices.Contains(src.Input.Topics, name) || (src.match != nil && patterned && src.match.MatchString(name)) {
+				return s
+			}
+		}
+	}
+	return nil
+}

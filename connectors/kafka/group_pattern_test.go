@@ -174,3 +174,59 @@ func TestKafkaGroupPattern(t *testing.T) {
 	require.NoError(t, run.stop())
 	require.Equal(t, want, windowCounts(t, brokers, out), "the group's output vs the one-process run's")
 }
+
+// TestKafkaGroupPatternTwoProcesses: two processes share a pattern
+// source over topics of 2 and 4 partitions. The stage has 4 tasks, and a
+// task stays whole: the process that reads partition p of one topic reads
+// partition p of the other (Kafka's range assignment would give the
+// 2-partition topic's partition 1 to the other process than the other
+// topic's). The output is what one process computes over the topics.
+func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
+	brokers := testBrokers(t)
+	base := testTopic(t, brokers, 1)
+	in := func(s string) string { return base + ".in." + s }
+	pattern := regexp.QuoteMeta(base) + `\.in\..*`
+	id, out, ref := base+"-g", base+".out", base+".ref"
+	admin := testAdmin(t, brokers)
+	for name, parts := range map[string]int32{in("a"): 2, in("b"): 4, out: 2, ref: 2} {
+		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: parts, ReplicationFactor: 1}, false))
+	}
+	produce(t, brokers, patternInput(in("a"), 2, patternBase, 30, patternBase+60_000)...)
+	produce(t, brokers, patternInput(in("b"), 4, patternBase+1_000, 30, patternBase+60_000)...)
+
+	text := patternPipelineText(brokers, id, pattern, out, true)
+	runs := []*groupRunning{startGroupRun(t, text), startGroupRun(t, text)}
+	var assigned [2]map[string][]int32
+	awaitGroup(t, runs[0].ran, "a generation that both processes share", func() bool {
+		var gens [2]int32
+		for i, r := range runs {
+			st := r.runner.Status().Group
+			if st == nil {
+				return false
+			}
+			gens[i], assigned[i] = st.Generation, st.Assigned
+		}
+		return gens[0] == gens[1] && len(assigned[0][in("b")]) == 2 && len(assigned[1][in("b")]) == 2
+	})
+	for i := range runs {
+		for _, p := range assigned[i][in("a")] {
+			require.Contains(t, assigned[i][in("b")], p, "process %d reads partition %d of %s and not of %s: %v", i, p, in("a"), in("b"), assigned)
+		}
+	}
+
+	spec, err := pipeline.Load(pipeline.Default, "ref.yaml", []byte(patternPipelineText(brokers, "", pattern, ref, false)))
+	require.NoError(t, err)
+	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(t.Context()))
+	want := windowCounts(t, brokers, ref)
+	require.Len(t, want, 31, "3 windows of 10 users, and b's last record in a fourth")
+
+	awaitGroup(t, runs[1].ran, "the windows", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(want)
+	})
+	for _, r := range runs {
+		require.NoError(t, r.stop())
+	}
+	require.Equal(t, want, windowCounts(t, brokers, out), "the output of two processes vs the one-process run's")
+}

@@ -101,6 +101,7 @@ type groupRunning struct {
 	cancel   context.CancelFunc
 	metrics  *pipeline.Metrics
 	stateDir string
+	runner   *pipeline.Runner
 }
 
 // startGroupRun starts a process of the group file text; the test's end
@@ -112,6 +113,7 @@ func startGroupRun(t *testing.T, text string) *groupRunning {
 	g := &groupRunning{ran: make(chan error, 1), metrics: pipeline.NewMetrics(), stateDir: t.TempDir()}
 	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: g.stateDir, Metrics: g.metrics})
 	require.NoError(t, err)
+	g.runner = r
 	var ctx context.Context
 	ctx, g.cancel = context.WithCancel(t.Context())
 	go func() { g.ran <- r.Run(ctx) }()

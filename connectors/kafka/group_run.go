@@ -15,11 +15,11 @@ import (
 )
 
 // The runtime of group mode on Kafka (docs/group.md, "How it runs"): the
-// process joins the group's consumer group with the range strategy, so
-// partition p of every topic of equal partition count goes to the same
-// member and a stage's inputs are co-partitioned; each generation runs one
-// job (pipeline.GroupRun.StartGeneration) over the partitions assigned to
-// it. One transactional producer per process carries every checkpoint of
+// process joins the group's consumer group with the stage range strategy
+// (group_assign.go), so partition p of every input topic of a stage goes
+// to the same member and a stage's inputs are co-partitioned; each
+// generation runs one job (pipeline.GroupRun.StartGeneration) over the
+// partitions assigned to it. One transactional producer per process carries every checkpoint of
 // the job as one transaction: the output of the sinks, the exchanges'
 // records and watermark markers, the changelog records of the keyed state
 // and the consumed offsets, committed with the generation's metadata
@@ -160,7 +160,7 @@ func (g *groupRun) connect() error {
 	cc.Consumer.IsolationLevel = sarama.ReadCommitted
 	cc.Consumer.Offsets.AutoCommit.Enable = false
 	cc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	cc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	cc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{&stageRange{plan: gp}, sarama.NewBalanceStrategyRange()}
 	cc.Consumer.MaxWaitTime = 100 * time.Millisecond
 	if g.group, err = sarama.NewConsumerGroup(g.cfg.Brokers, gp.Group.ID, cc); err != nil {
 		return fmt.Errorf("join consumer group %s: %w", gp.Group.ID, err)
