@@ -230,3 +230,94 @@ func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
 	}
 	require.Equal(t, want, windowCounts(t, brokers, out), "the output of two processes vs the one-process run's")
 }
+
+// TestKafkaGroupPatternOverlap: two sources whose patterns match one
+// topic cannot run in group mode: a run fails when it resolves them, at
+// the start, or when such a topic is created while it runs.
+func TestKafkaGroupPatternOverlap(t *testing.T) {
+	brokers := testBrokers(t)
+	base := testTopic(t, brokers, 1)
+	admin := testAdmin(t, brokers)
+	for _, name := range []string{base + ".x.1", base + ".y.1", base + ".out"} {
+		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false))
+	}
+	text := func(second string) string {
+		bs := strings.Join(brokers, ", ")
+		return fmt.Sprintf(`
+version: 1
+name: overlap
+group: {brokers: [%[1]s], id: %[2]s-g, replication_factor: 1, commit_interval: 100ms}
+sources:
+  - {id: x, type: kafka, brokers: [%[1]s], topic_pattern: '%[3]s\.x\..*', discovery_interval: 100ms}
+  - {id: y, type: kafka, brokers: [%[1]s], topic_pattern: '%[4]s', discovery_interval: 100ms}
+steps:
+  - {id: both, from: [x, y], filter: 'true'}
+sinks:
+  - {id: out, type: kafka, brokers: [%[1]s], topic: %[2]s.out}
+`, bs, base, regexp.QuoteMeta(base), second)
+	}
+	want := fmt.Sprintf(`topic %[1]s.x.1 is read by source "x" (topic_pattern %[2]s\.x\..*) and by source "y" (topic_pattern %[2]s\..\.1)`, base, regexp.QuoteMeta(base))
+	run := startGroupRun(t, text(regexp.QuoteMeta(base)+`\..\.1`))
+	err := <-run.ran
+	run.cancel = nil
+	require.ErrorContains(t, err, want)
+	require.ErrorContains(t, err, "a topic must be read by one source only")
+
+	// Disjoint patterns run, until a topic that both match is created.
+	run = startGroupRun(t, text(regexp.QuoteMeta(base)+`\..\.2|`+regexp.QuoteMeta(base)+`\.y\..*`))
+	awaitGroup(t, run.ran, "the generation", func() bool {
+		return assignedPartitions(t, run.metrics, base+".x.1") == 1 && assignedPartitions(t, run.metrics, base+".y.1") == 1
+	})
+	require.NoError(t, admin.CreateTopic(base+".x.2", &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false))
+	err = <-run.ran
+	run.cancel = nil
+	require.ErrorContains(t, err, fmt.Sprintf(`topic %[1]s.x.2 is read by source "x"`, base))
+}
+
+// windowLines returns the output lines of a count per user of users
+// u0..u9 in each 10s window of [from, to), of n records each.
+func windowLines(from, to int64, n int) []string {
+	var out []string
+	for w := from; w < to; w += 10_000 {
+		for u := range 10 {
+			out = append(out, fmt.Sprintf(`{"_firing":"on_time","n":%d,"user":"u%d","window_end":%d,"window_start":%d}`, n, u, w+10_000, w))
+		}
+	}
+	return out
+}
+
+// TestKafkaGroupPatternTopicDeleted: a topic that the pattern matched is
+// deleted while the group runs: the process joins again without it and
+// goes on reading the other topics; what it committed before stays.
+func TestKafkaGroupPatternTopicDeleted(t *testing.T) {
+	brokers := testBrokers(t)
+	base := testTopic(t, brokers, 1)
+	in := func(s string) string { return base + ".in." + s }
+	pattern := regexp.QuoteMeta(base) + `\.in\..*`
+	id, out := base+"-g", base+".out"
+	admin := testAdmin(t, brokers)
+	for _, name := range []string{in("a"), in("b"), out} {
+		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false))
+	}
+	produce(t, brokers, patternInput(in("a"), 1, patternBase, 20, patternBase+60_000)...)
+	produce(t, brokers, patternInput(in("b"), 1, patternBase, 20, patternBase+60_000)...)
+	run := startGroupRun(t, patternPipelineText(brokers, id, pattern, out, true))
+	first := windowLines(patternBase, patternBase+20_000, 2) // a's and b's records
+	awaitGroup(t, run.ran, "the windows of both topics", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(first)
+	})
+
+	require.NoError(t, admin.DeleteTopic(in("b")))
+	awaitGroup(t, run.ran, "a generation without the deleted topic", func() bool {
+		return assignedPartitions(t, run.metrics, in("b")) == 0 && assignedPartitions(t, run.metrics, in("a")) == 1
+	})
+	later := int64(patternBase + 120_000)
+	produce(t, brokers, patternInput(in("a"), 1, later, 20, later+60_000)...)
+	want := append(slices.Clone(first), windowLines(later, later+20_000, 1)...)
+	slices.Sort(want)
+	awaitGroup(t, run.ran, "the windows of the topic left", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(want)
+	})
+	require.NoError(t, run.stop())
+	require.Equal(t, want, windowCounts(t, brokers, out))
+}

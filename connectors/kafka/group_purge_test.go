@@ -172,6 +172,7 @@ func awaitGroup(t *testing.T, ran chan error, what string, done func() bool) {
 	for !done() {
 		select {
 		case err := <-ran:
+			ran <- err // for the test's stop
 			require.FailNow(t, "the group run ended", "waiting for %s: %v", what, err)
 		case <-deadline:
 			require.FailNow(t, "timed out", "waiting for %s", what)

@@ -97,12 +97,25 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 		case errors.Is(err, sarama.ErrUnknownTopicOrPartition) && gp.HasPatterns():
 			// A topic matched was deleted before the join was through.
 			run.Logger.Warn("a topic of the subscription is gone: resolving the topic patterns again", "err", err.Error())
+		case errors.Is(err, sarama.ErrUnstableOffsetCommit):
+			// The offsets of a transaction that ended are not settled yet
+			// (its markers are being written): the join reads them again,
+			// as a Java consumer does.
+			run.Logger.Warn("the group's offsets are not settled yet: joining again", "err", err.Error(), "delay", unsettledPause)
+			select {
+			case <-time.After(unsettledPause):
+			case <-ctx.Done():
+			}
 		default:
 			return fmt.Errorf("consumer group %s: %w", gp.Group.ID, err)
 		}
 	}
 	return nil
 }
+
+// unsettledPause is how long a process waits before it joins again when
+// the group's committed offsets were not settled (UNSTABLE_OFFSET_COMMIT).
+const unsettledPause = 500 * time.Millisecond
 
 // groupRun is one process's membership of the group: its client, consumer
 // group and transactional producer, and the generation that runs.
@@ -207,13 +220,14 @@ func (g *groupRun) startProducer() error {
 }
 
 // endTransaction aborts the generation's open transaction, also one a
-// failed commit left in error; a producer in a fatal error (fenced) is
-// replaced.
+// failed commit left in error or half ended (a commit whose offsets the
+// broker refused stays committing); a producer in a fatal error (fenced),
+// or that cannot abort, is replaced.
 func (g *groupRun) endTransaction() error {
 	st := g.producer.TxnStatus()
 	if st&sarama.ProducerTxnFlagFatalError == 0 {
-		if st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) == 0 {
-			return nil
+		if st&sarama.ProducerTxnFlagReady != 0 {
+			return nil // no transaction is open
 		}
 		err := g.producer.AbortTxn()
 		if err == nil {
