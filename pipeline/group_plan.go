@@ -174,22 +174,6 @@ func (s *GroupStage) Name() string {
 	return strings.Join(ids, ", ")
 }
 
-// InputTopics returns the names of the topics the stage reads: its
-// sources' topics (a pattern as /pattern/), then its repartition topics.
-func (s *GroupStage) InputTopics() []string {
-	var out []string
-	for _, src := range s.Sources {
-		out = append(out, src.Input.Topics...)
-		if src.Input.Pattern != "" {
-			out = append(out, "/"+src.Input.Pattern+"/")
-		}
-	}
-	for _, x := range s.Inputs {
-		out = append(out, x.Topic.Name)
-	}
-	return out
-}
-
 // GroupPlan is how a plan runs in group mode.
 type GroupPlan struct {
 	Plan  *Plan

@@ -304,17 +304,19 @@ sinks:
 		"3 -> 4 via shop-totals-repartition (tidy -> totals)",
 	}, exchanges)
 
+	resolved, err := gp.ResolveTopics(map[string]int{"users-eu": 4})
+	require.NoError(t, err)
 	var view []string
 	for _, s := range gp.Stages {
 		var changelogs []string
 		for _, c := range s.Changelogs {
 			changelogs = append(changelogs, c.Name)
 		}
-		view = append(view, fmt.Sprintf("%d %q reads %v, %d outputs, changelogs %v, tasks %d", s.Index, s.Name(), s.InputTopics(), len(s.Outputs), changelogs, s.Tasks))
+		view = append(view, fmt.Sprintf("%d %q reads %v, %d outputs, changelogs %v, tasks %d", s.Index, s.Name(), s.Topics(resolved), len(s.Outputs), changelogs, s.Tasks))
 	}
 	require.Equal(t, []string{
 		`0 "orders, clean" reads [orders returns], 1 outputs, changelogs [], tasks 0`,
-		`1 "users" reads [/users-.*/], 1 outputs, changelogs [], tasks 0`,
+		`1 "users" reads [users-eu], 1 outputs, changelogs [], tasks 0`,
 		`2 "by_user" reads [shop-by_user-repartition], 1 outputs, changelogs [], tasks 16`,
 		`3 "enrich, tidy" reads [shop-enrich-repartition-0 shop-enrich-repartition-1], 1 outputs, changelogs [shop-enrich-changelog], tasks 16`,
 		`4 "totals, out" reads [shop-totals-repartition], 0 outputs, changelogs [shop-totals-changelog], tasks 16`,
@@ -324,7 +326,7 @@ sinks:
 
 	// Tasks of a stage with sources: the most partitions of its topics,
 	// those of a pattern as it resolves against the cluster's topics.
-	resolved, err := gp.ResolveTopics(map[string]int{"orders": 6, "returns": 3, "users-eu": 4, "users-us": 8, "other": 12})
+	resolved, err = gp.ResolveTopics(map[string]int{"orders": 6, "returns": 3, "users-eu": 4, "users-us": 8, "other": 12})
 	require.NoError(t, err)
 	n, err := gp.Stages[0].TasksFor(resolved)
 	require.NoError(t, err)
@@ -424,7 +426,9 @@ sinks: [{id: out, from: u, type: topicsink}]
 	require.Len(t, gp.Exchanges, 1)
 	x := gp.Exchanges[0]
 	require.Same(t, x.From, x.To)
-	require.Equal(t, []string{"t", "loop-k-repartition"}, gp.Stages[0].InputTopics())
+	resolved, err := gp.ResolveTopics(nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t", "loop-k-repartition"}, gp.Stages[0].Topics(resolved))
 	require.Equal(t, 0, gp.Stages[0].Tasks, "it reads a source topic: its tasks are known from the broker")
 }
 

@@ -63,13 +63,15 @@ func (h *changelogHarness) generation() *generation {
 	for i := range all {
 		all[i] = int32(i)
 	}
+	topics, err := h.gp.ResolveTopics(nil)
+	require.NoError(h.t, err)
 	assigned := map[string][]int32{}
 	for _, s := range h.gp.Stages {
-		for _, topic := range s.InputTopics() {
+		for _, topic := range s.Topics(topics) {
 			assigned[topic] = all
 		}
 	}
-	gen := &generation{g: h.g, assigned: assigned}
+	gen := &generation{g: h.g, topics: topics, assigned: assigned}
 	h.g.gen = gen
 	require.NoError(h.t, h.g.endTransaction())
 	require.NoError(h.t, h.g.producer.BeginTxn())

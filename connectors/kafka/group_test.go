@@ -255,3 +255,28 @@ func TestGroupInput(t *testing.T) {
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.Equal(t, "group_id", fe.Key)
 }
+
+// TestGroupPatternValidate: in group mode a topic_pattern that matches a
+// topic another source lists is reported at the pattern (two sources
+// would read the topic); without the group block it is allowed.
+func TestGroupPatternValidate(t *testing.T) {
+	text := `version: 1
+name: logs
+group: {brokers: [k:1]}
+sources:
+  - {id: app, type: kafka, brokers: [k:1], topics: [logs.app]}
+  - {id: all, type: kafka, brokers: [k:1], topic_pattern: 'logs\..*'}
+steps:
+  - {id: both, from: [app, all], filter: 'true'}
+sinks:
+  - {id: out, type: kafka, brokers: [k:1], topic: out}
+`
+	_, err := pipeline.Load(pipeline.Default, "logs.yaml", []byte(text))
+	var ps pipeline.Problems
+	require.ErrorAs(t, err, &ps)
+	require.Len(t, ps, 1)
+	require.Equal(t, `logs.yaml:6:59: source "all": its topic pattern matches topic "logs.app", which source "app" reads: in group mode each partition of a topic goes to one process, so a topic must be read by one source only: change the pattern so that it does not match "logs.app"`, ps[0].String())
+
+	_, err = pipeline.Load(pipeline.Default, "logs.yaml", []byte(strings.Replace(text, "group: {brokers: [k:1]}\n", "", 1)))
+	require.NoError(t, err)
+}
