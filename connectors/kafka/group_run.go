@@ -19,13 +19,14 @@ import (
 // (group_assign.go), so partition p of every input topic of a stage goes
 // to the same member and a stage's inputs are co-partitioned; each
 // generation runs one job (pipeline.GroupRun.StartGeneration) over the
-// partitions assigned to it. One transactional producer per process carries every checkpoint of
-// the job as one transaction: the output of the sinks, the exchanges'
-// records and watermark markers, the changelog records of the keyed state
-// and the consumed offsets, committed with the generation's metadata
-// (KIP-447), so that a member of an older generation is fenced. A
-// rebalance ends the generation: its job is cancelled and the open
-// transaction aborted, and the members go on from the last commit.
+// partitions assigned to it. One transactional producer per process
+// carries every checkpoint of the job as one transaction: the output of
+// the sinks, the exchanges' records and watermark markers, the changelog
+// records of the keyed state and the consumed offsets, committed with the
+// generation's metadata (KIP-447), so that a member of an older
+// generation is fenced. A rebalance ends the generation: its job is
+// cancelled and the open transaction aborted, and the members go on from
+// the last commit.
 
 var _ pipeline.GroupRunner = (*GroupClientConfig)(nil)
 
