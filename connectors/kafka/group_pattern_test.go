@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -178,9 +179,11 @@ func TestKafkaGroupPattern(t *testing.T) {
 // TestKafkaGroupPatternTwoProcesses: two processes share a pattern
 // source over topics of 2 and 4 partitions. The stage has 4 tasks, and a
 // task stays whole: the process that reads partition p of one topic reads
-// partition p of the other (Kafka's range assignment would give the
+// partition p of the others (Kafka's range assignment would give the
 // 2-partition topic's partition 1 to the other process than the other
-// topic's). The output is what one process computes over the topics.
+// topic's). A topic of 3 partitions created while they run is picked up
+// by both, in one generation, on the same terms. The output is what one
+// process computes over the topics.
 func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
 	brokers := testBrokers(t)
 	base := testTopic(t, brokers, 1)
@@ -191,28 +194,23 @@ func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
 	for name, parts := range map[string]int32{in("a"): 2, in("b"): 4, out: 2, ref: 2} {
 		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: parts, ReplicationFactor: 1}, false))
 	}
+	// 3 windows of 10 users, and b's last record in a fourth.
 	produce(t, brokers, patternInput(in("a"), 2, patternBase, 30, patternBase+60_000)...)
 	produce(t, brokers, patternInput(in("b"), 4, patternBase+1_000, 30, patternBase+60_000)...)
 
 	text := patternPipelineText(brokers, id, pattern, out, true)
 	runs := []*groupRunning{startGroupRun(t, text), startGroupRun(t, text)}
-	var assigned [2]map[string][]int32
-	awaitGroup(t, runs[0].ran, "a generation that both processes share", func() bool {
-		var gens [2]int32
-		for i, r := range runs {
-			st := r.runner.Status().Group
-			if st == nil {
-				return false
-			}
-			gens[i], assigned[i] = st.Generation, st.Assigned
-		}
-		return gens[0] == gens[1] && len(assigned[0][in("b")]) == 2 && len(assigned[1][in("b")]) == 2
+	sharedTasks(t, runs, map[string]int{in("a"): 2, in("b"): 4})
+	awaitGroup(t, runs[0].ran, "the windows of the first topics", func() bool {
+		return len(windowCounts(t, brokers, out)) >= 31
 	})
-	for i := range runs {
-		for _, p := range assigned[i][in("a")] {
-			require.Contains(t, assigned[i][in("b")], p, "process %d reads partition %d of %s and not of %s: %v", i, p, in("a"), in("b"), assigned)
-		}
-	}
+
+	require.NoError(t, admin.CreateTopic(in("c"), &sarama.TopicDetail{NumPartitions: 3, ReplicationFactor: 1}, false))
+	sharedTasks(t, runs, map[string]int{in("a"): 2, in("b"): 4, in("c"): 3})
+	later := int64(patternBase + 120_000)
+	produce(t, brokers, patternInput(in("c"), 3, later, 30, later+60_000)...)
+	produce(t, brokers, patternFlush(in("a"), 2, later+60_000)...)
+	produce(t, brokers, patternFlush(in("b"), 4, later+60_000)...)
 
 	spec, err := pipeline.Load(pipeline.Default, "ref.yaml", []byte(patternPipelineText(brokers, "", pattern, ref, false)))
 	require.NoError(t, err)
@@ -220,7 +218,7 @@ func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Run(t.Context()))
 	want := windowCounts(t, brokers, ref)
-	require.Len(t, want, 31, "3 windows of 10 users, and b's last record in a fourth")
+	require.Len(t, want, 61, "31 windows of the first topics, 30 of the new one")
 
 	awaitGroup(t, runs[1].ran, "the windows", func() bool {
 		return len(windowCounts(t, brokers, out)) >= len(want)
@@ -229,6 +227,42 @@ func TestKafkaGroupPatternTwoProcesses(t *testing.T) {
 		require.NoError(t, r.stop())
 	}
 	require.Equal(t, want, windowCounts(t, brokers, out), "the output of two processes vs the one-process run's")
+}
+
+// sharedTasks waits until the processes of runs take part in one
+// generation that assigns every partition of topics (topic -> partition
+// count) to one of them, and checks that each task of the source stage
+// is whole: a process that reads partition p of one topic reads
+// partition p of every topic that has one.
+func sharedTasks(t *testing.T, runs []*groupRunning, topics map[string]int) {
+	t.Helper()
+	assigned := make([]map[string][]int32, len(runs))
+	awaitGroup(t, runs[0].ran, fmt.Sprintf("a generation of every process that reads %v", topics), func() bool {
+		var gen int32
+		got := map[string]int{}
+		for i, r := range runs {
+			st := r.runner.Status().Group
+			if st == nil || (i > 0 && st.Generation != gen) {
+				return false
+			}
+			gen, assigned[i] = st.Generation, st.Assigned
+			for topic := range topics {
+				got[topic] += len(st.Assigned[topic])
+			}
+		}
+		return maps.Equal(got, topics)
+	})
+	owner := map[int32]int{}
+	for i := range runs {
+		for topic := range topics {
+			for _, p := range assigned[i][topic] {
+				if o, ok := owner[p]; ok {
+					require.Equal(t, o, i, "task %d is split: process %d reads partition %d of %s: %v", p, i, p, topic, assigned)
+				}
+				owner[p] = i
+			}
+		}
+	}
 }
 
 // TestKafkaGroupPatternOverlap: two sources whose patterns match one
