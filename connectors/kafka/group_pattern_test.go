@@ -355,3 +355,43 @@ func TestKafkaGroupPatternTopicDeleted(t *testing.T) {
 	require.NoError(t, run.stop())
 	require.Equal(t, want, windowCounts(t, brokers, out))
 }
+
+// TestKafkaGroupPatternTopicDeletedBeforeCheck: a topic that the pattern
+// matched is deleted before the process checks the topics again (a long
+// discovery_interval): the commit with its offsets fails, which ends the
+// generation, and since the topic is gone that is no failure of the run
+// (restart: none): the process joins again without it.
+func TestKafkaGroupPatternTopicDeletedBeforeCheck(t *testing.T) {
+	brokers := testBrokers(t)
+	base := testTopic(t, brokers, 1)
+	in := func(s string) string { return base + ".in." + s }
+	pattern := regexp.QuoteMeta(base) + `\.in\..*`
+	id, out := base+"-g", base+".out"
+	admin := testAdmin(t, brokers)
+	for _, name := range []string{in("a"), in("b"), out} {
+		require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false))
+	}
+	produce(t, brokers, patternInput(in("a"), 1, patternBase, 20, patternBase+60_000)...)
+	produce(t, brokers, patternInput(in("b"), 1, patternBase, 20, patternBase+60_000)...)
+	text := patternPipelineText(brokers, id, pattern, out, true)
+	require.Contains(t, text, "discovery_interval: 100ms")
+	run := startGroupRun(t, strings.Replace(text, "discovery_interval: 100ms", "discovery_interval: 1h", 1))
+	first := windowLines(patternBase, patternBase+20_000, 2)
+	awaitGroup(t, run.ran, "the windows of both topics", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(first)
+	})
+
+	require.NoError(t, admin.DeleteTopic(in("b")))
+	awaitGroup(t, run.ran, "a generation without the deleted topic", func() bool {
+		return assignedPartitions(t, run.metrics, in("b")) == 0 && assignedPartitions(t, run.metrics, in("a")) == 1
+	})
+	later := int64(patternBase + 120_000)
+	produce(t, brokers, patternInput(in("a"), 1, later, 20, later+60_000)...)
+	want := append(slices.Clone(first), windowLines(later, later+20_000, 1)...)
+	slices.Sort(want)
+	awaitGroup(t, run.ran, "the windows of the topic left", func() bool {
+		return len(windowCounts(t, brokers, out)) >= len(want)
+	})
+	require.NoError(t, run.stop())
+	require.Equal(t, want, windowCounts(t, brokers, out))
+}
