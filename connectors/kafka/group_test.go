@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -279,4 +282,42 @@ sinks:
 
 	_, err = pipeline.Load(pipeline.Default, "logs.yaml", []byte(strings.Replace(text, "group: {brokers: [k:1]}\n", "", 1)))
 	require.NoError(t, err)
+}
+
+// TestGroupJoinUnsettledOffsets: while the group coordinator answers that
+// the group's offsets are not settled (UNSTABLE_OFFSET_COMMIT: a
+// transaction that committed offsets is still ending), the join fails;
+// the process joins again until they are, and runs.
+func TestGroupJoinUnsettledOffsets(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in-out"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	const refusals = 40 // more than the retries of one join's offset fetches
+	var refused atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetFetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if refused.Load() >= refusals {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		refused.Add(1)
+		req := kreq.(*kmsg.OffsetFetchRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+		const unstableOffsetCommit = 88
+		if req.Version >= 8 {
+			for _, g := range req.Groups {
+				rg := kmsg.NewOffsetFetchResponseGroup()
+				rg.Group, rg.ErrorCode = g.Group, unstableOffsetCommit
+				resp.Groups = append(resp.Groups, rg)
+			}
+		} else {
+			resp.ErrorCode = unstableOffsetCommit
+		}
+		return resp, nil, true
+	})
+	run := startGroupRun(t, groupPipelineText(brokers, "g", "in", 2, "  commit_interval: 100ms"))
+	awaitGroup(t, run.ran, "a generation", func() bool {
+		return assignedPartitions(t, run.metrics, "in") == 1
+	})
+	require.Equal(t, int64(refusals), refused.Load(), "every refusal was answered")
 }
