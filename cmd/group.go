@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,8 +59,10 @@ exchange, a changelog per stateful step) and the consumer group.
 group block, with what the cluster has of each: whether it exists, its
 partitions, replication and cleanup.policy, and whether it serves the
 pipeline. It lists the topics the sources read as well, which must be in
-the group's cluster, and the tasks of each stage (eddy explain shows the
-stages).
+the group's cluster (for a topic_pattern, the topics it matches now, as a
+run resolves it when it joins the group), and the tasks of each stage
+(eddy explain shows the stages). Two sources that would read one topic
+are an error.
 
 An internal topic serves when its partitions and cleanup.policy are the
 plan's: max_parallelism partitions (a partition is a fixed range of key
@@ -69,15 +72,17 @@ with eddy group reset. --create first creates the internal topics the
 cluster lacks, with their partitions, replication factor and configs.
 
 --format json writes {"group": "id", "topics": [{"name", "kind":
-"repartition|changelog|source", "step", "exists", "partitions",
+"repartition|changelog|source", "step", "source", "exists", "partitions",
 "replication_factor", "cleanup_policy", "want_partitions",
-"want_cleanup_policy", "problem"}], "stages": [{"index", "tasks"}],
-"created": ["..."]}; "step", the "want_" keys, "problem" and "tasks" are
-omitted where they do not apply or are not known.
+"want_cleanup_policy", "problem"}], "patterns": [{"source", "pattern",
+"topics"}], "stages": [{"index", "tasks"}], "created": ["..."]}; "step",
+"source", the "want_" keys, "problem" and "tasks" are omitted where they
+do not apply or are not known.
 
 Exit codes: 0 every topic serves or is missing (a run creates it), 1 a
-topic does not serve, a source topic is not in the cluster, or the
-cluster cannot be reached, 2 invalid file or flags.`,
+topic does not serve, a source topic is not in the cluster, two sources
+read one topic, or the cluster cannot be reached, 2 invalid file or
+flags.`,
 		Args:              exactArgs(1, "one pipeline file"),
 		ValidArgsFunction: pipelineFiles,
 		RunE:              func(c *cobra.Command, args []string) error { return to.run(c, args[0]) },
@@ -130,18 +135,31 @@ func loadGroupPlan(c *cobra.Command, file string) (*pipeline.GroupPlan, pipeline
 
 // groupTopicsView is the json output of `eddy group topics`.
 type groupTopicsView struct {
-	Group   string                `json:"group"`
-	Topics  []groupTopicStateView `json:"topics"`
-	Stages  []groupStageTasksView `json:"stages"`
-	Created []string              `json:"created"`
+	Group  string                `json:"group"`
+	Topics []groupTopicStateView `json:"topics"`
+	// Patterns are the sources with a topic pattern and the topics it
+	// matches now.
+	Patterns []groupPatternView    `json:"patterns"`
+	Stages   []groupStageTasksView `json:"stages"`
+	Created  []string              `json:"created"`
+}
+
+// groupPatternView is a source with a topic pattern and the topics of
+// the cluster it matches.
+type groupPatternView struct {
+	Source  string   `json:"source"`
+	Pattern string   `json:"pattern"`
+	Topics  []string `json:"topics"`
 }
 
 // groupTopicStateView is a topic as the cluster has it, and what the plan
 // wants of it.
 type groupTopicStateView struct {
-	Name              string `json:"name"`
-	Kind              string `json:"kind"`
-	Step              string `json:"step,omitempty"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Step string `json:"step,omitempty"`
+	// Source is the source that reads a source topic.
+	Source            string `json:"source,omitempty"`
 	Exists            bool   `json:"exists"`
 	Partitions        int    `json:"partitions"`
 	ReplicationFactor int    `json:"replication_factor"`
@@ -153,8 +171,8 @@ type groupTopicStateView struct {
 }
 
 // groupStageTasksView is the number of tasks of a stage; Tasks is nil
-// when a source topic's partitions are not known (a pattern, or a topic
-// the cluster lacks).
+// when a source topic's partitions are not known (a topic the cluster
+// lacks, or topic patterns whose topics overlap).
 type groupStageTasksView struct {
 	Index int  `json:"index"`
 	Tasks *int `json:"tasks,omitempty"`
@@ -169,7 +187,7 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 		return err
 	}
 	defer admin.Close()
-	v := &groupTopicsView{Group: gp.Group.ID, Topics: []groupTopicStateView{}, Stages: []groupStageTasksView{}, Created: []string{}}
+	v := &groupTopicsView{Group: gp.Group.ID, Topics: []groupTopicStateView{}, Patterns: []groupPatternView{}, Stages: []groupStageTasksView{}, Created: []string{}}
 	if o.create {
 		created, err := pipeline.EnsureGroupTopics(admin, gp)
 		v.Created = append(v.Created, created...)
@@ -177,7 +195,35 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 			return runtimeFailure(err) // a mismatch is listed below
 		}
 	}
-	sources := gp.SourceTopics()
+	// The sources' topics: those listed and those the topic patterns
+	// match now, resolved as a run resolves them before it joins.
+	var cluster map[string]int
+	if gp.HasPatterns() {
+		if cluster, err = admin.ListTopics(); err != nil {
+			return runtimeFailure(fmt.Errorf("list the cluster's topics: %w", err))
+		}
+	}
+	var problems []string
+	resolved, err := gp.ResolveTopics(cluster)
+	if err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+		resolved = nil
+	}
+	sources, sourceOf := gp.SourceTopics(), map[string]string{}
+	if resolved != nil {
+		sources = nil
+		for _, s := range gp.Stages {
+			for _, src := range s.Sources {
+				for _, t := range resolved.Of[src.Node.ID] {
+					sources, sourceOf[t] = append(sources, t), src.Node.ID
+				}
+			}
+		}
+		for id, ts := range gp.Matched(resolved) {
+			v.Patterns = append(v.Patterns, groupPatternView{Source: id, Pattern: patternOf(gp, id), Topics: append([]string{}, ts...)})
+		}
+		slices.SortFunc(v.Patterns, func(a, b groupPatternView) int { return strings.Compare(a.Source, b.Source) })
+	}
 	var names []string
 	for _, t := range gp.Topics {
 		names = append(names, t.Name)
@@ -187,9 +233,8 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 		return runtimeFailure(fmt.Errorf("describe topics: %w", err))
 	}
 	partitions := map[string]int{}
-	var problems []string
 	for i, s := range states {
-		tv := groupTopicStateView{Name: s.Name, Kind: "source", Exists: s.Exists, Partitions: s.Partitions,
+		tv := groupTopicStateView{Name: s.Name, Kind: "source", Source: sourceOf[s.Name], Exists: s.Exists, Partitions: s.Partitions,
 			ReplicationFactor: s.ReplicationFactor, CleanupPolicy: s.CleanupPolicy}
 		if i < len(gp.Topics) {
 			t := gp.Topics[i]
@@ -211,8 +256,14 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 	}
 	for _, s := range gp.Stages {
 		sv := groupStageTasksView{Index: s.Index}
-		if n, err := s.TasksFor(partitions); err == nil && !hasPattern(s) {
-			sv.Tasks = &n
+		in := &pipeline.GroupTopics{Partitions: partitions}
+		if resolved != nil {
+			in.Of = resolved.Of
+		}
+		if resolved != nil || len(s.Sources) == 0 {
+			if n, err := s.TasksFor(in); err == nil {
+				sv.Tasks = &n
+			}
 		}
 		v.Stages = append(v.Stages, sv)
 	}
@@ -233,15 +284,16 @@ func (o *groupTopicsOptions) run(c *cobra.Command, file string) error {
 	return nil
 }
 
-// hasPattern tells whether a stage reads a source by pattern, whose
-// topics `group topics` does not list.
-func hasPattern(s *pipeline.GroupStage) bool {
-	for _, src := range s.Sources {
-		if src.Input.Pattern != "" {
-			return true
+// patternOf returns the topic pattern of source id.
+func patternOf(gp *pipeline.GroupPlan, id string) string {
+	for _, s := range gp.Stages {
+		for _, src := range s.Sources {
+			if src.Node.ID == id {
+				return src.Input.Pattern
+			}
 		}
 	}
-	return false
+	return ""
 }
 
 // groupTopicsText is the text output of `eddy group topics`.
@@ -267,6 +319,13 @@ func groupTopicsText(v *groupTopicsView) string {
 	}
 	for _, line := range table(rows) {
 		b.WriteString("  " + line + "\n")
+	}
+	for _, p := range v.Patterns {
+		matches := "no topic yet"
+		if len(p.Topics) > 0 {
+			matches = strings.Join(p.Topics, ", ")
+		}
+		fmt.Fprintf(&b, "source %s: topic_pattern %s matches %s\n", p.Source, p.Pattern, matches)
 	}
 	b.WriteString("tasks:")
 	for _, s := range v.Stages {

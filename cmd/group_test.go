@@ -188,3 +188,65 @@ func TestExplainGroupJSON(t *testing.T) {
 	got = execute(t, nil, "explain", "-f", "json", "testdata/explain/simple.yaml")
 	require.NotContains(t, got.stdout, `"group"`, "no group block, no group key")
 }
+
+// TestGroupTopicsPattern: group topics lists the topics a topic_pattern
+// matches now, as source topics, and counts a stage's tasks from them;
+// two sources that would read one topic are an error (exit 1).
+func TestGroupTopicsPattern(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"), kfake.SeedTopics(2, "logs.a"), kfake.SeedTopics(4, "logs.b"),
+		kfake.SeedTopics(1, "shop-old-repartition"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	file := func(pattern2 string) string {
+		text := fmt.Sprintf(`version: 1
+name: shop
+max_parallelism: 4
+group:
+  brokers: [%[1]s]
+  replication_factor: 1
+sources:
+  - {id: orders, type: kafka, brokers: [%[1]s], topics: [orders]}
+  - {id: logs, type: kafka, brokers: [%[1]s], topic_pattern: 'logs\..*|shop-.*'}
+  - {id: more, type: kafka, brokers: [%[1]s], topic_pattern: '%[2]s'}
+steps:
+  - {id: per_user, from: [orders, logs, more], key_by: user}
+sinks:
+  - {id: out, type: kafka, brokers: [%[1]s], topic: totals}
+`, brokers, pattern2)
+		path := filepath.Join(t.TempDir(), "shop.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+		return path
+	}
+
+	got := executeIn(t, "", "group", "topics", file("more-.*"))
+	require.Equal(t, 0, got.code, got.stderr)
+	require.Equal(t, `group shop
+  TOPIC                        KIND         PARTITIONS  REPLICATION  CLEANUP  STATUS
+  shop-per_user-repartition-0  repartition  -           -            -        missing: a run creates it
+  shop-per_user-repartition-1  repartition  -           -            -        missing: a run creates it
+  shop-per_user-repartition-2  repartition  -           -            -        missing: a run creates it
+  orders                       source       3           1            delete   ok
+  logs.a                       source       2           1            delete   ok
+  logs.b                       source       4           1            delete   ok
+source logs: topic_pattern logs\..*|shop-.* matches logs.a, logs.b
+source more: topic_pattern more-.* matches no topic yet
+tasks: stage 0: 3; stage 1: 4; stage 2: 0; stage 3: 4
+`, got.stdout)
+
+	got = executeIn(t, "", "group", "topics", "-f", "json", file("more-.*"))
+	require.Equal(t, 0, got.code, got.stderr)
+	dec := json.NewDecoder(strings.NewReader(got.stdout))
+	dec.DisallowUnknownFields()
+	var v groupTopicsView
+	require.NoError(t, dec.Decode(&v))
+	require.Equal(t, []groupPatternView{{Source: "logs", Pattern: `logs\..*|shop-.*`, Topics: []string{"logs.a", "logs.b"}},
+		{Source: "more", Pattern: "more-.*", Topics: []string{}}}, v.Patterns)
+	require.Equal(t, groupTopicStateView{Name: "logs.b", Kind: "source", Source: "logs", Exists: true, Partitions: 4, ReplicationFactor: 1,
+		CleanupPolicy: "delete"}, v.Topics[5])
+
+	got = executeIn(t, "", "group", "topics", file(`logs\.b`))
+	require.Equal(t, 1, got.code)
+	require.Contains(t, got.stdout, "tasks: stage 0: unknown; stage 1: unknown; stage 2: unknown; stage 3: 4\n")
+	require.Contains(t, got.stderr, `topic logs.b is read by source "logs" (topic_pattern logs\..*|shop-.*) and by source "more" (topic_pattern logs\.b): in group mode each partition of a topic goes to one process`)
+}

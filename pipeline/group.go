@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"regexp"
 	"slices"
 	"time"
 
@@ -248,6 +250,11 @@ func (p *problems) checkGroup(spec *Spec) {
 		return
 	}
 	readBy := map[string]string{} // topic -> the source that reads it
+	type patternSource struct {
+		s  *SourceSpec
+		re *regexp.Regexp
+	}
+	var patterns []patternSource
 	for _, s := range spec.Sources {
 		gs, ok := s.Config.(GroupSource)
 		if !ok {
@@ -260,12 +267,31 @@ func (p *problems) checkGroup(spec *Spec) {
 			p.reportValidate(s.node, err)
 			continue
 		}
+		if in.Pattern != "" {
+			if re, err := regexp.Compile("^(?:" + in.Pattern + ")$"); err == nil { // the source reports a bad one
+				patterns = append(patterns, patternSource{s, re})
+			}
+		}
 		for i, t := range in.Topics {
 			if other, dup := readBy[t]; dup {
 				p.at(listItem(pathValue(s.node, "topics"), i), "source %q: topic %q is read by source %q too: in group mode each partition of a topic goes to one process, so read it with one source and fan it out with steps", s.ID, t, other)
 				continue
 			}
 			readBy[t] = s.ID
+		}
+	}
+	// A pattern that matches a topic another source lists would have two
+	// sources read it; two patterns that overlap are found when they are
+	// resolved against the cluster's topics (GroupPlan.ResolveTopics).
+	for _, ps := range patterns {
+		for _, t := range slices.Sorted(maps.Keys(readBy)) {
+			if ps.re.MatchString(t) {
+				_, pv := mappingValue(ps.s.node, "topic_pattern")
+				if pv == nil {
+					pv = idNode(ps.s.node)
+				}
+				p.at(pv, "source %q: its topic pattern matches topic %q, which source %q reads: in group mode each partition of a topic goes to one process, so a topic must be read by one source only: change the pattern so that it does not match %q", ps.s.ID, t, readBy[t], t)
+			}
 		}
 	}
 	for _, s := range spec.Sinks {

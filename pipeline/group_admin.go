@@ -19,6 +19,9 @@ type GroupAdmin interface {
 	// Topics returns what the cluster has of each named topic, in the
 	// order of names; a topic it does not have is TopicState{Name: name}.
 	Topics(names []string) ([]TopicState, error)
+	// ListTopics returns every topic of the cluster with its partition
+	// count: what the sources' topic patterns are resolved against.
+	ListTopics() (map[string]int, error)
 	// CreateTopic creates a topic with t's partitions, replication factor
 	// and configs; it fails with an error wrapping ErrTopicExists when the
 	// topic exists.

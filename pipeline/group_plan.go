@@ -109,6 +109,9 @@ type GroupExchange struct {
 type GroupSourceInput struct {
 	Node  *Node
 	Input GroupInput
+	// match is Input.Pattern compiled to match whole topic names; nil
+	// without a pattern.
+	match *regexp.Regexp
 }
 
 // GroupStage is a part of the plan that runs as one task per input
@@ -130,34 +133,36 @@ type GroupStage struct {
 	Tasks int
 }
 
-// TasksFor returns the number of tasks of the stage given the partition
-// counts of topics, which must hold the stage's source topics (and, for a
-// source with a pattern, every topic of the cluster: the pattern is
-// matched against them). It fails for a source topic partitions lacks.
-func (s *GroupStage) TasksFor(partitions map[string]int) (int, error) {
+// TasksFor returns the number of tasks of the stage when its sources read
+// the topics of in: the largest partition count of its input topics. It
+// fails for a source topic whose partitions in lacks (a listed topic the
+// cluster does not have).
+func (s *GroupStage) TasksFor(in *GroupTopics) (int, error) {
 	n := s.Tasks
 	for _, src := range s.Sources {
-		for _, t := range src.Input.Topics {
-			p, ok := partitions[t]
+		for _, t := range in.Of[src.Node.ID] {
+			p, ok := in.Partitions[t]
 			if !ok {
 				return 0, fmt.Errorf("stage %d: the partitions of topic %q of source %q are not known", s.Index, t, src.Node.ID)
 			}
 			n = max(n, p)
 		}
-		if src.Input.Pattern == "" {
-			continue
-		}
-		re, err := regexp.Compile("^(?:" + src.Input.Pattern + ")$")
-		if err != nil {
-			return 0, fmt.Errorf("stage %d: source %q: topic pattern: %w", s.Index, src.Node.ID, err)
-		}
-		for t, p := range partitions {
-			if re.MatchString(t) {
-				n = max(n, p)
-			}
-		}
 	}
 	return n, nil
+}
+
+// Topics returns the names of the topics the stage reads when its
+// sources read the topics of in: its sources' topics, then its
+// repartition topics.
+func (s *GroupStage) Topics(in *GroupTopics) []string {
+	var out []string
+	for _, src := range s.Sources {
+		out = append(out, in.Of[src.Node.ID]...)
+	}
+	for _, x := range s.Inputs {
+		out = append(out, x.Topic.Name)
+	}
+	return out
 }
 
 // Name is the stage's display name: its nodes, "a, b, c".
@@ -167,22 +172,6 @@ func (s *GroupStage) Name() string {
 		ids[i] = n.ID
 	}
 	return strings.Join(ids, ", ")
-}
-
-// InputTopics returns the names of the topics the stage reads: its
-// sources' topics (a pattern as /pattern/), then its repartition topics.
-func (s *GroupStage) InputTopics() []string {
-	var out []string
-	for _, src := range s.Sources {
-		out = append(out, src.Input.Topics...)
-		if src.Input.Pattern != "" {
-			out = append(out, "/"+src.Input.Pattern+"/")
-		}
-	}
-	for _, x := range s.Inputs {
-		out = append(out, x.Topic.Name)
-	}
-	return out
 }
 
 // GroupPlan is how a plan runs in group mode.
@@ -202,6 +191,9 @@ type GroupPlan struct {
 	// its repartition topics, then its changelog.
 	Topics  []*InternalTopic
 	stageOf map[*Node]*GroupStage
+	// internal matches the names of the group's internal topics, which
+	// a topic pattern never matches.
+	internal *regexp.Regexp
 }
 
 // StageOf returns the stage a node runs in.
@@ -240,7 +232,7 @@ func NewGroupPlan(plan *Plan) (*GroupPlan, error) {
 		return nil, ErrNoGroup
 	}
 	g := &GroupPlan{Plan: plan, Group: spec.Group, Partitions: spec.MaxParallelism,
-		MaxParallelism: spec.MaxParallelism, stageOf: map[*Node]*GroupStage{}}
+		MaxParallelism: spec.MaxParallelism, stageOf: map[*Node]*GroupStage{}, internal: internalTopicName(spec.Group.ID)}
 	if err := g.cutStages(); err != nil {
 		return nil, err
 	}
@@ -300,7 +292,13 @@ func (g *GroupPlan) cutStages() error {
 		if err != nil {
 			return fmt.Errorf("group plan: source %q: %w", n.ID, err)
 		}
-		s.Sources = append(s.Sources, GroupSourceInput{Node: n, Input: in})
+		src := GroupSourceInput{Node: n, Input: in}
+		if in.Pattern != "" {
+			if src.match, err = regexp.Compile("^(?:" + in.Pattern + ")$"); err != nil {
+				return fmt.Errorf("group plan: source %q: topic pattern: %w", n.ID, err)
+			}
+		}
+		s.Sources = append(s.Sources, src)
 	}
 	return nil
 }

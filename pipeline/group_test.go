@@ -197,6 +197,8 @@ func TestGroupBlockProblems(t *testing.T) {
 			`g.yaml:4:49: group_id: must be the group's, "grp"`},
 		{"topic read twice", "{brokers: [k:1]}", "[{id: a, type: topic, topics: [in]}, {id: b, type: topic, topics: [x, in]}]", "[{from: [a, b], pass: null}]",
 			`g.yaml:4:80: source "b": topic "in" is read by source "a" too: in group mode each partition of a topic goes to one process, so read it with one source and fan it out with steps`},
+		{"pattern matches a listed topic", "{brokers: [k:1]}", "[{id: a, type: topic, topics: [in]}, {id: b, type: topic, pattern: 'i.*'}]", "[{from: [a, b], pass: null}]",
+			`g.yaml:4:52: source "b": its topic pattern matches topic "in", which source "a" reads: in group mode each partition of a topic goes to one process, so a topic must be read by one source only: change the pattern so that it does not match "in"`},
 		{"topic name too long", "{brokers: [k:1]}", "[{type: topic, topics: [in]}]", "[{id: " + long + ", keyed: k}]",
 			fmt.Sprintf(`g.yaml:5:14: step %q: its internal topic grp-%s-changelog would have 254 characters, more than Kafka's 249: shorten the step id or group.id`, long, long)},
 	} {
@@ -302,17 +304,19 @@ sinks:
 		"3 -> 4 via shop-totals-repartition (tidy -> totals)",
 	}, exchanges)
 
+	resolved, err := gp.ResolveTopics(map[string]int{"users-eu": 4})
+	require.NoError(t, err)
 	var view []string
 	for _, s := range gp.Stages {
 		var changelogs []string
 		for _, c := range s.Changelogs {
 			changelogs = append(changelogs, c.Name)
 		}
-		view = append(view, fmt.Sprintf("%d %q reads %v, %d outputs, changelogs %v, tasks %d", s.Index, s.Name(), s.InputTopics(), len(s.Outputs), changelogs, s.Tasks))
+		view = append(view, fmt.Sprintf("%d %q reads %v, %d outputs, changelogs %v, tasks %d", s.Index, s.Name(), s.Topics(resolved), len(s.Outputs), changelogs, s.Tasks))
 	}
 	require.Equal(t, []string{
 		`0 "orders, clean" reads [orders returns], 1 outputs, changelogs [], tasks 0`,
-		`1 "users" reads [/users-.*/], 1 outputs, changelogs [], tasks 0`,
+		`1 "users" reads [users-eu], 1 outputs, changelogs [], tasks 0`,
 		`2 "by_user" reads [shop-by_user-repartition], 1 outputs, changelogs [], tasks 16`,
 		`3 "enrich, tidy" reads [shop-enrich-repartition-0 shop-enrich-repartition-1], 1 outputs, changelogs [shop-enrich-changelog], tasks 16`,
 		`4 "totals, out" reads [shop-totals-repartition], 0 outputs, changelogs [shop-totals-changelog], tasks 16`,
@@ -320,18 +324,88 @@ sinks:
 	require.Same(t, gp.Stages[3], gp.StageOf(gp.Plan.Node("tidy")))
 	require.Equal(t, []string{"orders", "returns"}, gp.SourceTopics())
 
-	// Tasks of a stage with sources: the most partitions of its topics.
-	n, err := gp.Stages[0].TasksFor(map[string]int{"orders": 6, "returns": 3})
+	// Tasks of a stage with sources: the most partitions of its topics,
+	// those of a pattern as it resolves against the cluster's topics.
+	resolved, err = gp.ResolveTopics(map[string]int{"orders": 6, "returns": 3, "users-eu": 4, "users-us": 8, "other": 12})
+	require.NoError(t, err)
+	n, err := gp.Stages[0].TasksFor(resolved)
 	require.NoError(t, err)
 	require.Equal(t, 6, n)
-	_, err = gp.Stages[0].TasksFor(map[string]int{"orders": 6})
-	require.ErrorContains(t, err, `stage 0: the partitions of topic "returns" of source "orders" are not known`)
-	n, err = gp.Stages[1].TasksFor(map[string]int{"users-eu": 4, "users-us": 8, "orders": 12})
+	n, err = gp.Stages[1].TasksFor(resolved)
 	require.NoError(t, err)
 	require.Equal(t, 8, n, "the pattern's topics only")
-	n, err = gp.Stages[2].TasksFor(nil)
+	require.Equal(t, []string{"users-eu", "users-us"}, gp.Stages[1].Topics(resolved))
+	n, err = gp.Stages[2].TasksFor(resolved)
 	require.NoError(t, err)
 	require.Equal(t, 16, n)
+	resolved, err = gp.ResolveTopics(map[string]int{"orders": 6})
+	require.NoError(t, err)
+	_, err = gp.Stages[0].TasksFor(resolved)
+	require.ErrorContains(t, err, `stage 0: the partitions of topic "returns" of source "orders" are not known`)
+	n, err = gp.Stages[1].TasksFor(resolved)
+	require.NoError(t, err)
+	require.Zero(t, n, "a pattern that matches nothing: no task")
+}
+
+// TestGroupResolveTopics: a pattern matches whole topic names of the
+// cluster, never Kafka's internal topics nor the group's (of any step);
+// two sources that read one topic are an error that names both.
+func TestGroupResolveTopics(t *testing.T) {
+	gp := loadGroup(t, `version: 1
+name: shop
+max_parallelism: 4
+group: {brokers: [k:1]}
+sources:
+  - {id: orders, type: topic, topics: [orders]}
+  - {id: logs, type: topic, pattern: '.*logs.*'}
+  - {id: all, type: topic, pattern: 'shop.*|__.*|.*-repartition'}
+steps:
+  - {id: k, from: [orders, logs, all], keyed: x}
+sinks: [{type: topicsink}]
+`)
+	require.True(t, gp.HasPatterns())
+	cluster := map[string]int{"orders": 3, "app-logs": 2, "logs": 1, "logs-2": 5, "__consumer_offsets": 50, "__logs": 1,
+		"shop-k-repartition": 4, "shop-k-changelog": 4, "shop-old-repartition-1": 4, "shop-old-changelog": 4, "shopping": 2, "x-repartition": 1}
+	got, err := gp.ResolveTopics(cluster)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"orders": {"orders"}, "logs": {"app-logs", "logs", "logs-2"}, "all": {"shopping", "x-repartition"}}, got.Of)
+	require.Equal(t, map[string]int{"orders": 3, "app-logs": 2, "logs": 1, "logs-2": 5, "shopping": 2, "x-repartition": 1}, got.Partitions)
+	require.Equal(t, []string{"app-logs", "logs", "logs-2", "orders", "shopping", "x-repartition"}, got.All())
+	require.Equal(t, map[string][]string{"logs": {"app-logs", "logs", "logs-2"}, "all": {"shopping", "x-repartition"}}, gp.Matched(got))
+	n, err := gp.StageOf(gp.Plan.Node("logs")).TasksFor(got)
+	require.NoError(t, err)
+	require.Equal(t, 5, n, "the stage's largest topic, logs-2")
+
+	same, err := gp.ResolveTopics(cluster)
+	require.NoError(t, err)
+	require.True(t, got.Equal(same))
+	cluster["new-logs"] = 1
+	more, err := gp.ResolveTopics(cluster)
+	require.NoError(t, err)
+	require.False(t, got.Equal(more), "a topic created that a pattern matches")
+	delete(cluster, "new-logs")
+	cluster["logs"] = 2
+	grown, err := gp.ResolveTopics(cluster)
+	require.NoError(t, err)
+	require.False(t, got.Equal(grown), "a topic with more partitions")
+
+	// Two patterns, and a pattern and a listed topic, that read one topic.
+	cluster["shop-logs"] = 1
+	cluster["orders-logs"] = 1
+	_, err = gp.ResolveTopics(cluster)
+	require.EqualError(t, err, `topic shop-logs is read by source "logs" (topic_pattern .*logs.*) and by source "all" (topic_pattern shop.*|__.*|.*-repartition): in group mode each partition of a topic goes to one process, so a topic must be read by one source only: change topic_pattern so that the sources' topics do not overlap`)
+
+	gp = loadGroup(t, `version: 1
+name: shop
+group: {brokers: [k:1]}
+sources:
+  - {id: a, type: topic, pattern: 'o.*'}
+  - {id: b, type: topic, topics: [x]}
+steps: [{from: [a, b], pass: null}]
+sinks: [{type: topicsink}]
+`)
+	_, err = gp.ResolveTopics(map[string]int{"x": 1, "o1": 1})
+	require.NoError(t, err)
 }
 
 // TestGroupPlanStageReadsItsOwnExchange: a keyed step whose output meets,
@@ -352,7 +426,9 @@ sinks: [{id: out, from: u, type: topicsink}]
 	require.Len(t, gp.Exchanges, 1)
 	x := gp.Exchanges[0]
 	require.Same(t, x.From, x.To)
-	require.Equal(t, []string{"t", "loop-k-repartition"}, gp.Stages[0].InputTopics())
+	resolved, err := gp.ResolveTopics(nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t", "loop-k-repartition"}, gp.Stages[0].Topics(resolved))
 	require.Equal(t, 0, gp.Stages[0].Tasks, "it reads a source topic: its tasks are known from the broker")
 }
 
@@ -452,6 +528,15 @@ func (a *fakeAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
 		if ok {
 			out[i] = s
 		}
+	}
+	return out, nil
+}
+
+func (a *fakeAdmin) ListTopics() (map[string]int, error) {
+	a.calls = append(a.calls, "list")
+	out := map[string]int{}
+	for n, s := range a.topics {
+		out[n] = s.Partitions
 	}
 	return out, nil
 }

@@ -43,7 +43,7 @@ func (c *GroupClientConfig) NewGroupAdmin() (pipeline.GroupAdmin, error) {
 		_ = cl.Close()
 		return nil, fmt.Errorf("kafka cluster admin: %w", err)
 	}
-	return &groupAdmin{admin: admin}, nil
+	return &groupAdmin{admin: admin, client: cl}, nil
 }
 
 // GroupInput implements pipeline.GroupSource: the source's topics (or
@@ -71,7 +71,13 @@ func (c *SinkConfig) GroupOutput() error {
 // groupAdmin implements pipeline.GroupAdmin with a sarama ClusterAdmin.
 type groupAdmin struct {
 	admin sarama.ClusterAdmin
+	// client is the admin's: its metadata lists the cluster's topics.
+	client sarama.Client
 }
+
+// ListTopics lists the cluster's topics with one metadata request, as a
+// group run does before it joins.
+func (a *groupAdmin) ListTopics() (map[string]int, error) { return listTopics(a.client) }
 
 // Topics describes topics with one metadata request (partitions and
 // replicas; the request does not create a missing topic) and one

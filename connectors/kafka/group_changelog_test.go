@@ -84,13 +84,15 @@ func (h *changelogHarness) generationOf(g *groupRun) *generation {
 	for i := range all {
 		all[i] = int32(i)
 	}
+	topics, err := h.gp.ResolveTopics(nil)
+	require.NoError(h.t, err)
 	assigned := map[string][]int32{}
 	for _, s := range h.gp.Stages {
-		for _, topic := range s.InputTopics() {
+		for _, topic := range s.Topics(topics) {
 			assigned[topic] = all
 		}
 	}
-	gen := &generation{g: g, assigned: assigned}
+	gen := &generation{g: g, topics: topics, assigned: assigned}
 	g.gen = gen
 	return gen
 }

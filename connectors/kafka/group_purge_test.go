@@ -101,6 +101,7 @@ type groupRunning struct {
 	cancel   context.CancelFunc
 	metrics  *pipeline.Metrics
 	stateDir string
+	runner   *pipeline.Runner
 }
 
 // startGroupRun starts a process of the group file text; the test's end
@@ -112,6 +113,7 @@ func startGroupRun(t *testing.T, text string) *groupRunning {
 	g := &groupRunning{ran: make(chan error, 1), metrics: pipeline.NewMetrics(), stateDir: t.TempDir()}
 	r, err := pipeline.NewRunner(spec, pipeline.RunnerOptions{StateDir: g.stateDir, Metrics: g.metrics})
 	require.NoError(t, err)
+	g.runner = r
 	var ctx context.Context
 	ctx, g.cancel = context.WithCancel(t.Context())
 	go func() { g.ran <- r.Run(ctx) }()
@@ -170,6 +172,7 @@ func awaitGroup(t *testing.T, ran chan error, what string, done func() bool) {
 	for !done() {
 		select {
 		case err := <-ran:
+			ran <- err // for the test's stop
 			require.FailNow(t, "the group run ended", "waiting for %s: %v", what, err)
 		case <-deadline:
 			require.FailNow(t, "timed out", "waiting for %s", what)

@@ -18,32 +18,30 @@ import (
 )
 
 // The runtime of group mode on Kafka (docs/group.md, "How it runs"): the
-// process joins the group's consumer group with the range strategy, so
-// partition p of every topic of equal partition count goes to the same
-// member and a stage's inputs are co-partitioned; each generation runs one
-// job (pipeline.GroupRun.StartGeneration) over the partitions assigned to
-// it. One transactional producer per process carries every checkpoint of
-// the job as one transaction: the output of the sinks, the exchanges'
-// records and watermark markers, the changelog records of the keyed state
-// and the consumed offsets, committed with the generation's metadata
-// (KIP-447), so that a member of an older generation is fenced. A
-// rebalance ends the generation: its job is cancelled and the open
-// transaction aborted, and the members go on from the last commit.
+// process joins the group's consumer group with the stage range strategy
+// (group_assign.go), so partition p of every input topic of a stage goes
+// to the same member and a stage's inputs are co-partitioned; each
+// generation runs one job (pipeline.GroupRun.StartGeneration) over the
+// partitions assigned to it. One transactional producer per process
+// carries every checkpoint of the job as one transaction: the output of
+// the sinks, the exchanges' records and watermark markers, the changelog
+// records of the keyed state and the consumed offsets, committed with the
+// generation's metadata (KIP-447), so that a member of an older
+// generation is fenced. A rebalance ends the generation: its job is
+// cancelled and the open transaction aborted, and the members go on from
+// the last commit.
 
 var _ pipeline.GroupRunner = (*GroupClientConfig)(nil)
 
 // RunGroup implements pipeline.GroupRunner: it creates or checks the
 // internal topics, joins the group and runs a job per generation until ctx
-// ends (the process leaves the group) or a job fails.
+// ends (the process leaves the group) or a job fails. Before each join it
+// resolves the sources' topics (their topic patterns against the
+// cluster's topics) and subscribes to them and to the repartition topics;
+// while a generation runs, a watcher ends it when they change, and the
+// process joins again with the new subscription.
 func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun) error {
 	gp := run.Plan
-	for _, s := range gp.Stages {
-		for _, src := range s.Sources {
-			if src.Input.Pattern != "" {
-				return fmt.Errorf("source %q: topic_pattern is not supported in group mode yet: list the topics", src.Node.ID)
-			}
-		}
-	}
 	admin, err := c.NewGroupAdmin()
 	if err != nil {
 		return err
@@ -56,7 +54,7 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 	if len(created) > 0 {
 		run.Logger.Info("created the internal topics", "topics", created)
 	}
-	g := &groupRun{cfg: c, run: run, logger: run.Logger}
+	g := &groupRun{cfg: c, run: run, logger: run.Logger, interval: watchInterval(gp)}
 	g.purge = newPurger(g)
 	g.local = openLocalState(run.StateDir, run.Logger)
 	if err := g.connect(); err != nil {
@@ -64,21 +62,30 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 		return err
 	}
 	defer g.close()
-	topics := slices.Clone(gp.SourceTopics())
-	for _, x := range gp.Exchanges {
-		if !slices.Contains(topics, x.Topic.Name) {
-			topics = append(topics, x.Topic.Name)
-		}
-	}
 	// A generation whose job failed ends; the process joins again after
 	// the restart strategy's delay (restart: none, the default, ends the
 	// run with the failure).
 	policy := pipeline.NewRestartPolicy(gp.Plan.Spec.Restart)
 	var joining joinRetry
 	for ctx.Err() == nil {
-		err := g.group.Consume(ctx, topics, g)
+		topics, err := g.subscribe(ctx)
+		if err != nil || topics == nil {
+			return err // nil: ctx ended while no topic matched
+		}
+		genCtx, endGeneration := context.WithCancel(ctx)
+		w := g.watch(genCtx, endGeneration)
+		err = g.group.Consume(genCtx, topics, g)
+		endGeneration()
+		changed := w.wait()
 		if failed := g.failed; failed != nil {
 			g.failed = nil
+			if g.topicsGone() {
+				// The job failed as a topic it read was deleted (its
+				// offsets cannot be committed): the topics changed, the
+				// generation did not fail.
+				run.Logger.Warn("group generation failed after a topic it read was deleted: joining again without it", "err", failed.Error())
+				continue
+			}
 			delay, why := policy.Next(time.Now())
 			if why != nil {
 				return failed
@@ -91,8 +98,13 @@ func (c *GroupClientConfig) RunGroup(ctx context.Context, run *pipeline.GroupRun
 			}
 			continue
 		}
-		if err == nil || ctx.Err() != nil {
+		switch {
+		case err == nil || ctx.Err() != nil || changed:
 			joining = joinRetry{}
+			continue
+		case errors.Is(err, sarama.ErrUnknownTopicOrPartition) && gp.HasPatterns():
+			// A topic matched was deleted before the join was through.
+			run.Logger.Warn("a topic of the subscription is gone: resolving the topic patterns again", "err", err.Error())
 			continue
 		}
 		delay, ok := joining.next(err, gp.Group.TransactionTimeout.D()+settleSlack)
@@ -168,9 +180,16 @@ type groupRun struct {
 	group    sarama.ConsumerGroup
 	producer sarama.AsyncProducer
 	out      *output
-	// tasks is the number of tasks of each stage (the partitions of its
-	// input topics): the upstream tasks an exchange reader waits for.
-	tasks map[*pipeline.GroupStage]int
+	// topics is what the sources read in the generation that is joined or
+	// runs, resolved before the join; tasks is the number of tasks of
+	// each stage then (the largest partition count of its input topics):
+	// the upstream tasks an exchange reader waits for.
+	topics *pipeline.GroupTopics
+	tasks  map[*pipeline.GroupStage]int
+	// interval is how often a running generation checks whether the
+	// sources' topics changed; 0: never (no topic pattern, or discovery
+	// is off).
+	interval time.Duration
 
 	gen *generation
 	// purge deletes the repartition records the generations committed.
@@ -196,21 +215,6 @@ func (g *groupRun) connect() error {
 	if g.client, err = g.cfg.newClient(base); err != nil {
 		return err
 	}
-	g.tasks = map[*pipeline.GroupStage]int{}
-	counts := map[string]int{}
-	for _, t := range gp.SourceTopics() {
-		ps, err := g.client.Partitions(t)
-		if err != nil {
-			return fmt.Errorf("partitions of source topic %s: %w", t, err)
-		}
-		counts[t] = len(ps)
-	}
-	for _, s := range gp.Stages {
-		if g.tasks[s], err = s.TasksFor(counts); err != nil {
-			return err
-		}
-	}
-
 	if err := g.startProducer(); err != nil {
 		return err
 	}
@@ -224,7 +228,7 @@ func (g *groupRun) connect() error {
 	cc.Consumer.IsolationLevel = sarama.ReadCommitted
 	cc.Consumer.Offsets.AutoCommit.Enable = false
 	cc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	cc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	cc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{&stageRange{plan: gp}, sarama.NewBalanceStrategyRange()}
 	cc.Consumer.MaxWaitTime = 100 * time.Millisecond
 	if g.group, err = sarama.NewConsumerGroup(g.cfg.Brokers, gp.Group.ID, cc); err != nil {
 		return fmt.Errorf("join consumer group %s: %w", gp.Group.ID, err)
@@ -271,13 +275,14 @@ func (g *groupRun) startProducer() error {
 }
 
 // endTransaction aborts the generation's open transaction, also one a
-// failed commit left in error; a producer in a fatal error (fenced) is
-// replaced.
+// failed commit left in error or half ended (a commit whose offsets the
+// broker refused stays committing); a producer in a fatal error (fenced),
+// or that cannot abort, is replaced.
 func (g *groupRun) endTransaction() error {
 	st := g.producer.TxnStatus()
 	if st&sarama.ProducerTxnFlagFatalError == 0 {
-		if st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) == 0 {
-			return nil
+		if st&sarama.ProducerTxnFlagReady != 0 {
+			return nil // no transaction is open
 		}
 		err := g.producer.AbortTxn()
 		if err == nil {
@@ -397,6 +402,8 @@ var errGenerationEnded = errors.New("the group's generation ended")
 type generation struct {
 	g    *groupRun
 	sess sarama.ConsumerGroupSession
+	// topics is what the sources read in the generation.
+	topics *pipeline.GroupTopics
 	// assigned is the session's claims: the partitions of each topic.
 	assigned map[string][]int32
 
@@ -428,7 +435,7 @@ type generation struct {
 var _ pipeline.GroupGeneration = (*generation)(nil)
 
 func newGeneration(g *groupRun, sess sarama.ConsumerGroupSession) *generation {
-	gen := &generation{g: g, sess: sess, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
+	gen := &generation{g: g, sess: sess, topics: g.topics, assigned: sess.Claims(), claims: map[topicPartition]sarama.ConsumerGroupClaim{},
 		ready: make(chan struct{}), jobDone: make(chan struct{})}
 	for _, ps := range gen.assigned {
 		slices.Sort(ps)
@@ -486,7 +493,7 @@ func (gen *generation) awaitClaims(ctx context.Context, topics []string) ([]sara
 // of the stage's input topics.
 func (gen *generation) Assigned(s *pipeline.GroupStage) []int32 {
 	var out []int32
-	for _, t := range s.InputTopics() {
+	for _, t := range s.Topics(gen.topics) {
 		for _, p := range gen.assigned[t] {
 			if !slices.Contains(out, p) {
 				out = append(out, p)
@@ -504,7 +511,7 @@ func (gen *generation) Source(src pipeline.GroupSourceInput) (pipeline.SourceCon
 	if !ok {
 		return nil, fmt.Errorf("source %q: a %s source cannot run in group mode", src.Node.ID, src.Node.Type)
 	}
-	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: src.Input.Topics, eventTime: src.Node.Source.EventTime}
+	c := &groupSourceConfig{SourceConfig: *cfg, gen: gen, topics: gen.topics.Of[src.Node.ID], eventTime: src.Node.Source.EventTime}
 	c.StopAt = "" // a group run reads until it is stopped
 	return c, nil
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddy-stream/eddy/pipeline"
 )
@@ -254,4 +257,67 @@ func TestGroupInput(t *testing.T) {
 	var fe *pipeline.FieldError
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.Equal(t, "group_id", fe.Key)
+}
+
+// TestGroupPatternValidate: in group mode a topic_pattern that matches a
+// topic another source lists is reported at the pattern (two sources
+// would read the topic); without the group block it is allowed.
+func TestGroupPatternValidate(t *testing.T) {
+	text := `version: 1
+name: logs
+group: {brokers: [k:1]}
+sources:
+  - {id: app, type: kafka, brokers: [k:1], topics: [logs.app]}
+  - {id: all, type: kafka, brokers: [k:1], topic_pattern: 'logs\..*'}
+steps:
+  - {id: both, from: [app, all], filter: 'true'}
+sinks:
+  - {id: out, type: kafka, brokers: [k:1], topic: out}
+`
+	_, err := pipeline.Load(pipeline.Default, "logs.yaml", []byte(text))
+	var ps pipeline.Problems
+	require.ErrorAs(t, err, &ps)
+	require.Len(t, ps, 1)
+	require.Equal(t, `logs.yaml:6:59: source "all": its topic pattern matches topic "logs.app", which source "app" reads: in group mode each partition of a topic goes to one process, so a topic must be read by one source only: change the pattern so that it does not match "logs.app"`, ps[0].String())
+
+	_, err = pipeline.Load(pipeline.Default, "logs.yaml", []byte(strings.Replace(text, "group: {brokers: [k:1]}\n", "", 1)))
+	require.NoError(t, err)
+}
+
+// TestGroupJoinUnsettledOffsets: while the group coordinator answers that
+// the group's offsets are not settled (UNSTABLE_OFFSET_COMMIT: a
+// transaction that committed offsets is still ending), the join fails;
+// the process joins again until they are, and runs.
+func TestGroupJoinUnsettledOffsets(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in-out"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	const refusals = 40 // more than the retries of one join's offset fetches
+	var refused atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetFetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if refused.Load() >= refusals {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		refused.Add(1)
+		req := kreq.(*kmsg.OffsetFetchRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+		const unstableOffsetCommit = 88
+		if req.Version >= 8 {
+			for _, g := range req.Groups {
+				rg := kmsg.NewOffsetFetchResponseGroup()
+				rg.Group, rg.ErrorCode = g.Group, unstableOffsetCommit
+				resp.Groups = append(resp.Groups, rg)
+			}
+		} else {
+			resp.ErrorCode = unstableOffsetCommit
+		}
+		return resp, nil, true
+	})
+	run := startGroupRun(t, groupPipelineText(brokers, "g", "in", 2, "  commit_interval: 100ms"))
+	awaitGroup(t, run.ran, "a generation", func() bool {
+		return assignedPartitions(t, run.metrics, "in") == 1
+	})
+	require.Equal(t, int64(refusals), refused.Load(), "every refusal was answered")
 }
