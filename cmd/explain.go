@@ -79,14 +79,15 @@ is a stable structure for tools:
       "topics": [{"name": "...", "kind": "repartition|changelog", "step": "s",
                   "stage": 1, "from_stage": 0, "partitions": 128,
                   "replication_factor": 3, "cleanup_policy": "delete|compact",
-                  "configs": {"cleanup.policy": "delete", ...}}]
+                  "configs": {"cleanup.policy": "delete", ...},
+                  "dead_letters": true}]  its step's key errors go to partition 0
     }
   }
 
 Every other key is always present; "side" and "key" of edges, "bounded",
 "event_time", "max_out_of_orderness" and "guarantee" of nodes, "group",
-and "topic", "pattern", "source" and "from_stage" of the group's inputs
-and topics are omitted when they do not apply. The dot format does not
+and "topic", "pattern", "source", "from_stage" and "dead_letters" of the
+group's inputs and topics are omitted when they do not apply. The dot format does not
 show the group plan. Exit codes: 0 ok, 2 invalid file or flags.`,
 		Args:              exactArgs(1, "one pipeline file"),
 		ValidArgsFunction: pipelineFiles,

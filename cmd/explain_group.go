@@ -66,6 +66,10 @@ type groupTopicView struct {
 	ReplicationFactor int               `json:"replication_factor"`
 	CleanupPolicy     string            `json:"cleanup_policy"`
 	Configs           map[string]string `json:"configs"`
+	// DeadLetters, on a repartition topic whose step has on_error:
+	// dead_letter, says that the records whose key fails go to its
+	// partition 0, whose reader sends them to the step's errors stream.
+	DeadLetters bool `json:"dead_letters,omitempty"`
 }
 
 // newGroupView returns the view of a plan's group plan, nil when it has
@@ -110,12 +114,15 @@ func newGroupView(plan *pipeline.Plan) (*groupView, error) {
 		v.Stages = append(v.Stages, sv)
 	}
 	from := map[string]int{}
+	dead := map[string]bool{}
 	for _, x := range gp.Exchanges {
 		from[x.Topic.Name] = x.From.Index
+		dead[x.Topic.Name] = x.Edge.DeadLetters != nil
 	}
 	for _, t := range gp.Topics {
 		tv := groupTopicView{Name: t.Name, Kind: t.Kind.String(), Step: t.Step, Stage: gp.StageOf(plan.Node(t.Step)).Index,
-			Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor, CleanupPolicy: t.CleanupPolicy(), Configs: maps.Clone(t.Configs)}
+			Partitions: t.Partitions, ReplicationFactor: t.ReplicationFactor, CleanupPolicy: t.CleanupPolicy(), Configs: maps.Clone(t.Configs),
+			DeadLetters: dead[t.Name]}
 		if f, ok := from[t.Name]; ok {
 			tv.FromStage = &f
 		}
@@ -172,6 +179,9 @@ func writeGroupText(b *strings.Builder, v *groupView) {
 		role := fmt.Sprintf("state of %s (stage %d)", t.Step, t.Stage)
 		if t.FromStage != nil {
 			role = fmt.Sprintf("stage %d -> stage %d", *t.FromStage, t.Stage)
+		}
+		if t.DeadLetters {
+			role += ", key errors to partition 0 (dead letters)"
 		}
 		rows = append(rows, []string{t.Name, t.Kind, fmt.Sprintf("%d partitions", t.Partitions),
 			fmt.Sprintf("replication %d", t.ReplicationFactor), "cleanup.policy " + t.CleanupPolicy, role})

@@ -671,3 +671,82 @@ func kafkaErr(k sarama.KError) error {
 	}
 	return k
 }
+
+// TestGroupDeadLetters: a key that fails on a tenth of the records, under
+// on_error: dead_letter (testdata/group/deadletters.yaml). The senders
+// put those records into partition 0 of the exchange, and the process
+// that reads it sends them to the step's errors stream, as subtask 0 does
+// in one process: with one process, and with three, the committed output
+// and the committed dead letters (their record, error and step) equal
+// those of the same pipeline in one process, record for record. The one
+// process counts the dead letters as the step's, as one process does.
+func TestGroupDeadLetters(t *testing.T) {
+	for _, procs := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d processes", procs), func(t *testing.T) {
+			g := newGroupTest(t, fmt.Sprintf("dead%d", procs))
+			refErrors, errorsTopic := "ref-errors-"+g.in, "errors-"+g.in
+			createTopic(t, g.brokers, refErrors, 1)
+			createTopic(t, g.brokers, errorsTopic, 3)
+			g.env["KAFKA_ERRORS"] = errorsTopic
+			g.produce(t, g.input)
+
+			work := t.TempDir()
+			ref := eddy(t, work, map[string]string{"EDDY_STATE_DIR": work, "KAFKA_BROKERS": g.brokers, "KAFKA_IN": g.in,
+				"KAFKA_OUT": g.refOut, "KAFKA_ERRORS": refErrors}, "run", mustAbs(t, "testdata/group/deadletters_ref.yaml"))
+			require.Equal(t, 0, ref.code, "the one-process reference run: %s", ref.stderr)
+			want := withoutKey(readCommitted(t, g.brokers, g.refOut), groupFlushKey)
+			wantDead := withoutKey(readCommitted(t, g.brokers, refErrors), groupFlushKey)
+			require.NotEmpty(t, want)
+			// v is i % 100 (the flush records' 0): the key fails for v 7,
+			// 17, ..., 97, one record in ten.
+			require.Len(t, wantDead, groupRecords/10)
+			for _, l := range wantDead {
+				d := decodeLine(t, l)
+				require.Equal(t, "per_key", d["step"])
+				require.Contains(t, d["error"], "key_by: ")
+				require.Equal(t, int64(7), intField(t, d["record"].(map[string]any), "v")%10, l)
+			}
+
+			env := map[string]string{"EDDY_ADMIN_ADDR": "127.0.0.1:0"}
+			maps.Copy(env, g.env)
+			var ps []*groupProcess
+			for range procs {
+				ps = append(ps, startGroupProcess(t, mustAbs(t, "testdata/group/deadletters.yaml"), t.TempDir(), env))
+			}
+			awaitCommitted(t, g.brokers, g.out, len(want), ps...)
+			awaitCommitted(t, g.brokers, errorsTopic, len(wantDead), ps...)
+			if procs == 1 {
+				// One generation reads each record once: each dead letter
+				// is counted once, as the step's.
+				require.Contains(t, processMetrics(t, ps[0]),
+					fmt.Sprintf(`eddy_record_errors_total{id="per_key",policy="dead_letter",subtask="0"} %d`, len(wantDead)))
+			}
+			for _, p := range ps {
+				require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+			}
+			requireSameLines(t, want, g.committed(t), "group output vs the one-process run")
+			requireSameLines(t, wantDead, withoutKey(readCommitted(t, g.brokers, errorsTopic), groupFlushKey),
+				"group dead letters vs the one-process run's")
+		})
+	}
+}
+
+// processMetrics returns what the /metrics endpoint of a group process
+// started with EDDY_ADMIN_ADDR says.
+func processMetrics(t *testing.T, p *groupProcess) string {
+	t.Helper()
+	var addr string
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		var e struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "admin endpoint listening" {
+			addr = e.Addr
+		}
+	}
+	require.NotEmpty(t, addr, "the admin endpoint's address is logged")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}

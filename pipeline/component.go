@@ -195,6 +195,22 @@ type ReadBatch struct {
 	// "<source>.errors") in that order: with fail, the records read before
 	// the bad input still go downstream.
 	Failed []FailedRecord
+	// KeyFailed holds records whose key failed before they were read,
+	// with the key's error: group mode's exchange reader reads them from
+	// partition 0 of its topic, where the sending process put them
+	// because the keyed step it feeds has on_error: dead_letter. The
+	// runtime applies the on_error policy of each keyed step the source
+	// feeds (the step's, as its hash partitioning does to a key that
+	// fails), after Records: under dead_letter the record goes, as a dead
+	// letter, to the step's errors stream, as it goes to the step's
+	// subtask 0 in one process.
+	KeyFailed []KeyFailure
+}
+
+// KeyFailure is a record whose key failed and the error, "key_by: ...".
+type KeyFailure struct {
+	Record Record
+	Err    error
 }
 
 // FailedRecord is input a source could not turn into a record.

@@ -545,12 +545,13 @@ func (t *task) runSource(ctx context.Context) error {
 			select {
 			case rb = <-free:
 				rb.Records, rb.Position, rb.Failed, rb.SplitDone = rb.Records[:0], nil, rb.Failed[:0], false
+				rb.KeyFailed = rb.KeyFailed[:0]
 				rb.HasWatermark, rb.Idle = false, false
 			default:
 				rb = &ReadBatch{Records: make([]Record, 0, t.job.plan.Spec.Runtime.BatchSize)}
 			}
 			err := t.head.src.Read(readCtx, rb)
-			if len(rb.Records) > 0 || len(rb.Failed) > 0 || rb.Position != nil || rb.SplitDone || rb.HasWatermark {
+			if len(rb.Records) > 0 || len(rb.Failed) > 0 || len(rb.KeyFailed) > 0 || rb.Position != nil || rb.SplitDone || rb.HasWatermark {
 				select {
 				case batches <- rb:
 				case <-quit:
@@ -625,6 +626,7 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			clear(rb.Records)
 			clear(rb.Failed)
+			clear(rb.KeyFailed)
 			select {
 			case free <- rb:
 			default:
@@ -693,6 +695,11 @@ func (t *task) emitRead(rb *ReadBatch) error {
 	if err := t.emitRecords(rb, rb.Records[done:]); err != nil {
 		return err
 	}
+	for _, k := range rb.KeyFailed {
+		if err := t.keyFailed(k); err != nil {
+			return err
+		}
+	}
 	if rb.SplitDone && t.wmGen != nil {
 		t.wmGen.split(rb.Split).done = true
 	}
@@ -701,6 +708,27 @@ func (t *task) emitRead(rb *ReadBatch) error {
 			return t.markIdle()
 		}
 		return t.advance(rb.Watermark)
+	}
+	return nil
+}
+
+// keyFailed applies to k, a record whose key failed before the source
+// read it, the on_error policy of each keyed step the head feeds: its
+// hash writer's, which sends a dead letter over the edge's dead letters
+// to the step's errors stream, as for a key that fails here.
+func (t *task) keyFailed(k KeyFailure) error {
+	n := 0
+	for _, w := range t.writers {
+		if w.errs == nil || w.edge.From != t.head.node {
+			continue
+		}
+		n++
+		if err := w.errs.Handle(k.Record, k.Err); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("source %q read a record whose key failed, but feeds no keyed step", t.head.node.ID)
 	}
 	return nil
 }

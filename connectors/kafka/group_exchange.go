@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -24,9 +25,21 @@ import (
 // partition keeps the last watermark of each upstream task, and its
 // watermark is the minimum over all of them: a window downstream fires
 // only when every upstream task passed it.
+//
+// A record whose key failed, when the keyed step has on_error:
+// dead_letter (its edge has DeadLetters), goes to partition 0 with the
+// keyErrorHeader header, whose value is the key's error: the reader of
+// partition 0 hands it to the runtime as a key failure
+// (ReadBatch.KeyFailed), which applies the step's policy and sends the
+// dead letter to the step's errors stream, as the step's subtask 0 does
+// with the dead letters of its senders in one process.
 
 // markerHeader marks a watermark marker in a repartition topic.
 const markerHeader = "eddy-wm"
+
+// keyErrorHeader marks a record whose key failed in a repartition topic;
+// its value is the error text.
+const keyErrorHeader = "eddy-key-error"
 
 // marker is a watermark marker: upstream task task is at watermark wm,
 // or idle (then wm is its last watermark).
@@ -56,12 +69,25 @@ func decodeMarker(b []byte) (marker, error) {
 
 // isMarker tells a watermark marker from a record.
 func isMarker(m *sarama.ConsumerMessage) bool {
+	_, ok := header(m, markerHeader)
+	return ok
+}
+
+// keyError returns the key's error of a record whose key failed (the
+// keyErrorHeader header), or ok false for any other record.
+func keyError(m *sarama.ConsumerMessage) (text string, ok bool) {
+	v, ok := header(m, keyErrorHeader)
+	return string(v), ok
+}
+
+// header returns the value of m's header key, and whether it has one.
+func header(m *sarama.ConsumerMessage, key string) ([]byte, bool) {
 	for _, h := range m.Headers {
-		if h != nil && string(h.Key) == markerHeader {
-			return true
+		if h != nil && string(h.Key) == key {
+			return h.Value, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 func timeOfMillis(ms int64) time.Time { return time.UnixMilli(ms) }
@@ -289,7 +315,8 @@ func (r *exchangeReader) pump(p *exchangePartition, c sarama.ConsumerGroupClaim)
 }
 
 // Read returns the records of one partition up to a marker that raises
-// the reader's watermark (then b.Watermark), or to the end of the batch.
+// the reader's watermark (then b.Watermark), or to the end of the batch;
+// the records whose key failed upstream go to b.KeyFailed.
 func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error {
 	if r.restored {
 		// Before any record: what was late before the restore is late.
@@ -335,6 +362,10 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 		rec, err := decodeExchangeRecord(m.Value)
 		if err != nil {
 			return fmt.Errorf("exchange %s[%d] offset %d: %w", p.topic, p.part, m.Offset, err)
+		}
+		if text, ok := keyError(m); ok {
+			b.KeyFailed = append(b.KeyFailed, pipeline.KeyFailure{Record: rec, Err: errors.New(text)})
+			continue
 		}
 		b.Records = append(b.Records, rec)
 	}

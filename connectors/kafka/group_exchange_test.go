@@ -2,6 +2,9 @@ package kafka
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/IBM/sarama"
@@ -95,15 +98,26 @@ type fakeProducer struct {
 	successes chan *sarama.ProducerMessage
 	errors    chan *sarama.ProducerError
 	sent      chan string
+	// msgs are the messages as they came in (msgs is left unread by
+	// tests that read sent alone: it drops what does not fit).
+	msgs chan sarama.ConsumerMessage
 }
 
 func newFakeProducer() *fakeProducer {
 	p := &fakeProducer{in: make(chan *sarama.ProducerMessage), successes: make(chan *sarama.ProducerMessage, 64),
-		errors: make(chan *sarama.ProducerError), sent: make(chan string, 64)}
+		errors: make(chan *sarama.ProducerError), sent: make(chan string, 64), msgs: make(chan sarama.ConsumerMessage, 64)}
 	go func() {
 		for m := range p.in {
 			v, _ := m.Value.Encode()
 			p.sent <- string(v)
+			cm := sarama.ConsumerMessage{Topic: m.Topic, Partition: m.Partition, Value: v}
+			for _, h := range m.Headers {
+				cm.Headers = append(cm.Headers, &sarama.RecordHeader{Key: slices.Clone(h.Key), Value: slices.Clone(h.Value)})
+			}
+			select {
+			case p.msgs <- cm:
+			default:
+			}
 			p.successes <- m
 		}
 		close(p.successes)
@@ -197,4 +211,104 @@ func TestGroupPositions(t *testing.T) {
 	require.Equal(t, []string{"", ""}, meta)
 	_, _, err = decodeGroupPosition(encodeExchangePosition(pos, wms)[:len(pos)+4])
 	require.Error(t, err)
+}
+
+// TestExchangeKeyFailed: a record whose key fails, when the keyed step
+// has on_error: dead_letter, goes to partition 0 marked with the key's
+// error, and the reader hands it to the runtime as a key failure, not
+// as a record; with skip it is dropped and counted as the step's, with
+// fail the write fails as in one process.
+func TestExchangeKeyFailed(t *testing.T) {
+	const text = `
+version: 1
+name: keyfailed
+max_parallelism: 8
+group: {brokers: [localhost:9092], id: g, replication_factor: 1}
+sources:
+  - {id: in, type: kafka, brokers: [localhost:9092], topics: [in]}
+steps:
+  - id: k
+    key_by: 'v == 7 ? {"bad": v} : v'
+    on_error: %s
+    aggregate: {n: count()}
+sinks:
+  - {id: out, type: kafka, brokers: [localhost:9092], topic: out}
+%s`
+	// write writes v 1 and 7 through a writer of the exchange, and returns
+	// what it sent and the step's error counts.
+	write := func(t *testing.T, policy, errSink string) ([]sarama.ConsumerMessage, map[string]pipeline.ErrorCounts, error) {
+		t.Helper()
+		spec, err := pipeline.Load(pipeline.Default, "k.yaml", []byte(fmt.Sprintf(text, policy, errSink)))
+		require.NoError(t, err)
+		plan, err := pipeline.Compile(spec)
+		require.NoError(t, err)
+		gp, err := pipeline.NewGroupPlan(plan)
+		require.NoError(t, err)
+		p := newFakeProducer()
+		o := newOutput(p)
+		defer func() { require.NoError(t, o.close()) }()
+		gen := &generation{g: &groupRun{out: o}}
+		cfg := &exchangeWriterConfig{gen: gen, x: gp.Exchanges[0], tasks: []int32{0}, maxPar: 8, partitions: 8}
+		sink, err := cfg.NewSink()
+		require.NoError(t, err)
+		m := pipeline.NewMetrics()
+		ctx := context.Background()
+		require.NoError(t, sink.Open(ctx, &pipeline.SinkContext{SubtaskInfo: pipeline.SubtaskInfo{ID: "to:" + gp.Exchanges[0].Topic.Name,
+			Parallelism: 1, MaxParallelism: 8, Metrics: m, Logger: slog.New(slog.DiscardHandler)}}))
+		werr := sink.Write(ctx, []pipeline.Record{{Fields: map[string]any{"v": 1}, Time: 10}, {Fields: map[string]any{"v": 7}, Time: 20}})
+		require.NoError(t, o.flush(ctx))
+		var sent []sarama.ConsumerMessage
+		for {
+			select {
+			case cm := <-p.msgs:
+				sent = append(sent, cm)
+			default:
+				return sent, m.RecordErrorCounts(), werr
+			}
+		}
+	}
+
+	t.Run("dead_letter", func(t *testing.T) {
+		sent, counts, err := write(t, "dead_letter", "  - {id: dead, from: k.errors, type: kafka, brokers: [localhost:9092], topic: dead}\n")
+		require.NoError(t, err)
+		require.Len(t, sent, 2)
+		require.Empty(t, counts, "counted where the step applies its policy: by the reader's process")
+		good, bad := sent[0], sent[1]
+		_, ok := keyError(&good)
+		require.False(t, ok)
+		text, ok := keyError(&bad)
+		require.True(t, ok, "the record whose key failed is marked")
+		require.Equal(t, int32(0), bad.Partition, "as dead letters go to subtask 0")
+		require.Contains(t, text, "key_by: ")
+		require.False(t, isMarker(&bad))
+
+		// The reader of partition 0 hands the marked record to the runtime
+		// as a key failure, with its fields, event time and error.
+		parts := []*exchangePartition{{topic: bad.Topic}}
+		r := &exchangeReader{parts: parts, wms: newWatermarks(1, 1), emitted: pipeline.MinWatermark}
+		good.Offset, bad.Offset = 0, 1
+		r.cur = &exchangeBatch{p: parts[0], msgs: []*sarama.ConsumerMessage{&good, &bad}}
+		var b pipeline.ReadBatch
+		require.NoError(t, r.Read(context.Background(), &b))
+		require.Equal(t, []pipeline.Record{{Fields: map[string]any{"v": 1}, Time: 10}}, b.Records)
+		require.Len(t, b.KeyFailed, 1)
+		require.Equal(t, pipeline.Record{Fields: map[string]any{"v": 7}, Time: 20}, b.KeyFailed[0].Record)
+		require.EqualError(t, b.KeyFailed[0].Err, text)
+		require.Equal(t, int64(2), parts[0].next, "both are read")
+	})
+	t.Run("skip", func(t *testing.T) {
+		sent, counts, err := write(t, "skip", "")
+		require.NoError(t, err)
+		require.Len(t, sent, 1)
+		_, ok := keyError(&sent[0])
+		require.False(t, ok)
+		require.Equal(t, map[string]pipeline.ErrorCounts{"k": {Skipped: 1}}, counts)
+	})
+	t.Run("fail", func(t *testing.T) {
+		sent, counts, err := write(t, "fail", "")
+		require.ErrorIs(t, err, pipeline.ErrRecordFailed)
+		require.ErrorContains(t, err, `record failed in "k": key_by: `)
+		require.Len(t, sent, 1, "the record before it")
+		require.Equal(t, map[string]pipeline.ErrorCounts{"k": {Failed: 1}}, counts)
+	})
 }

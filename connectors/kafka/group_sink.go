@@ -240,6 +240,10 @@ type exchangeWriter struct {
 	cfg  *exchangeWriterConfig
 	gate txnGate
 	keys keyer
+	// errs applies the keyed step's on_error policy to a record whose key
+	// fails, skip or fail, as the hash partitioning of one process does;
+	// with dead_letter the record goes to partition 0 instead.
+	errs *pipeline.ErrorHandler
 	enc  []byte
 	// wm is the task's watermark, as OnWatermark last said; idle is set
 	// once the task went idle, until it writes or advances again.
@@ -256,6 +260,10 @@ var (
 func (w *exchangeWriter) Open(_ context.Context, sc *pipeline.SinkContext) error {
 	w.gate.out = w.cfg.gen.g.out
 	w.keys = keyer{exprs: w.cfg.x.Edge.KeyExprs}
+	// Key failures count as the keyed step's, as in one process.
+	info := sc.SubtaskInfo
+	info.ID = w.cfg.x.Edge.To.ID
+	w.errs = pipeline.NewErrorHandler(info, w.cfg.x.Edge.To.Step.OnError, nil)
 	w.wm = pipeline.MinWatermark
 	return nil
 }
@@ -267,10 +275,20 @@ func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) err
 		r := &batch[i]
 		key, err := w.keys.key(r)
 		if err != nil {
-			if x.Edge.To.Step.OnError == pipeline.OnErrorSkip {
+			err = fmt.Errorf("key_by: %w", err)
+			if x.Edge.DeadLetters != nil {
+				// The step's dead letters go to its subtask 0 in one
+				// process: here to partition 0, whose reader's process
+				// applies the policy (and counts the record).
+				if err := w.sendKeyFailed(ctx, r, err); err != nil {
+					return err
+				}
 				continue
 			}
-			return fmt.Errorf("key_by %q: %w", x.Edge.To.ID, err)
+			if herr := w.errs.Handle(*r, err); herr != nil {
+				return herr
+			}
+			continue
 		}
 		group := pipeline.KeyGroup(key, w.cfg.maxPar)
 		msg := w.gate.out.newMessage()
@@ -289,6 +307,25 @@ func (w *exchangeWriter) Write(ctx context.Context, batch []pipeline.Record) err
 		}
 	}
 	return nil
+}
+
+// sendKeyFailed sends r, whose key failed with keyErr, to partition 0,
+// marked with the error (keyErrorHeader).
+func (w *exchangeWriter) sendKeyFailed(ctx context.Context, r *pipeline.Record, keyErr error) error {
+	x := w.cfg.x
+	msg := w.gate.out.newMessage()
+	msg.Topic = x.Topic.Name
+	msg.Partition = 0
+	msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(keyErrorHeader), Value: []byte(keyErr.Error())})
+	var err error
+	if w.enc, err = appendExchangeRecord(w.enc[:0], r); err != nil {
+		return fmt.Errorf("exchange %s: %w", x.Topic.Name, err)
+	}
+	msg.Value = sarama.ByteEncoder(slices.Clone(w.enc))
+	if r.Time != pipeline.NoTime {
+		msg.Timestamp = timeOfMillis(r.Time)
+	}
+	return w.gate.send(ctx, msg)
 }
 
 // OnWatermark keeps the task's watermark: the next barrier sends it.
