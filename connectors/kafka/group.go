@@ -120,7 +120,15 @@ func (a *groupAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
 		return nil, fmt.Errorf("describe topic configs: %w", err)
 	}
 	policies := map[string]string{}
+	gone := map[string]bool{}
 	for _, r := range results {
+		if r.ErrorCode == sarama.ErrUnknownTopicOrPartition {
+			// The metadata and the configs disagree for a moment while
+			// a topic is being created or deleted: it is not there yet,
+			// or no longer.
+			gone[r.Name] = true
+			continue
+		}
 		if r.ErrorCode != 0 {
 			return nil, fmt.Errorf("describe configs of topic %s: %w (%s)", r.Name, r.ErrorCode, r.ErrorMsg)
 		}
@@ -131,7 +139,10 @@ func (a *groupAdmin) Topics(names []string) ([]pipeline.TopicState, error) {
 		}
 	}
 	for i := range out {
-		if out[i].Exists {
+		switch {
+		case gone[out[i].Name]:
+			out[i] = pipeline.TopicState{Name: out[i].Name}
+		case out[i].Exists:
 			out[i].CleanupPolicy = policies[out[i].Name]
 		}
 	}
