@@ -172,6 +172,7 @@ func createCompactedTopic(t *testing.T, brokers, name string, partitions int32) 
 		NumPartitions: partitions, ReplicationFactor: 1,
 		ConfigEntries: map[string]*string{"cleanup.policy": &compact},
 	}, false))
+	awaitTopicLeaders(t, brokers, name, partitions)
 	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: name, ConfigNames: []string{"cleanup.policy"}})
 	require.NoError(t, err)
 	require.Len(t, entries, 1)

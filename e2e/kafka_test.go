@@ -59,6 +59,30 @@ func createTopic(t *testing.T, brokers, name string, partitions int32) {
 	require.NoError(t, err)
 	defer admin.Close()
 	require.NoError(t, admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false))
+	awaitTopicLeaders(t, brokers, name, partitions)
+}
+
+// awaitTopicLeaders waits until the leader of every partition of a topic
+// just created answers for it. A real broker acknowledges CreateTopics
+// before each partition's leader has taken the partition on, and a
+// client that asks it then is told it is not the leader.
+func awaitTopicLeaders(t *testing.T, brokers, name string, partitions int32) {
+	t.Helper()
+	client, err := sarama.NewClient(strings.Split(brokers, ","), saramaConfig())
+	require.NoError(t, err)
+	defer client.Close()
+	deadline := time.Now().Add(time.Minute)
+	for p := range partitions {
+		for {
+			_, err := client.GetOffset(name, p, sarama.OffsetNewest)
+			if err == nil {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "partition %d of %s has no leader that answers: %v", p, name, err)
+			require.NoError(t, client.RefreshMetadata(name))
+			time.Sleep(20 * time.Millisecond) // poll interval, not a wait for an event
+		}
+	}
 }
 
 // produceWindowInput writes record i of n to partition i%3 of topic, keyed

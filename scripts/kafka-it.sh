@@ -123,6 +123,11 @@ transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Keep records whatever their timestamps: the tests replay event times from
+# long ago, and with the default retention (7 days by record timestamp) the
+# broker's retention check, every 5 minutes, deletes such records (the
+# active segment included) from under a test that has not read them yet.
+log.retention.ms=-1
 EOF
 	cat >"$run/log4j2.properties" <<'EOF'
 status = warn

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -117,7 +118,14 @@ func startGroupRun(t *testing.T, text string) *groupRunning {
 	var ctx context.Context
 	ctx, g.cancel = context.WithCancel(t.Context())
 	go func() { g.ran <- r.Run(ctx) }()
-	t.Cleanup(func() { _ = g.stop() })
+	t.Cleanup(func() {
+		if t.Failed() && g.cancel != nil {
+			// What the process was doing when the test gave up on it.
+			st, err := json.Marshal(r.Status())
+			t.Logf("status of the group process of %s: %s %v", g.stateDir, st, err)
+		}
+		_ = g.stop()
+	})
 	return g
 }
 
