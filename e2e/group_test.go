@@ -232,6 +232,9 @@ func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupP
 		}()
 	}
 	deadline := time.After(runTimeout)
+	// A process that ended is noticed at the next record or tick.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	got := 0
 	for got < n {
 		select {
@@ -239,6 +242,7 @@ func awaitCommitted(t *testing.T, brokers, topic string, n int, procs ...*groupP
 			if len(withoutKey([]string{string(m.Value)}, groupFlushKey)) == 1 {
 				got++
 			}
+		case <-tick.C:
 		case <-deadline:
 			var logs []string
 			for i, p := range procs {
@@ -462,6 +466,122 @@ func TestGroupKillOneOfThree(t *testing.T) {
 	want := g.reference(t)
 	g.finish(t, want, "output of three group processes, one killed, vs the one-process run", procs...)
 	t.Logf("a remaining process:\n%s", grepLines(procs[0].stderr.String(), "group generation", "restored keyed state"))
+}
+
+// TestGroupKillDuringRebalance: of two processes, one is SIGKILLed while
+// the group rebalances for a third that joins (the coordinator waits for
+// every member to join again, and the killed one never does until its
+// session times out). The two left take its partitions and key groups
+// over, and the output is exactly the one-process result.
+func TestGroupKillDuringRebalance(t *testing.T) {
+	g := newGroupTest(t, "killrebalance")
+	file := mustAbs(t, "testdata/group/window.yaml")
+	third := len(g.input) / 3
+	g.produce(t, g.input[:third])
+	victim := startGroupProcess(t, file, t.TempDir(), g.env)
+	other := startGroupProcess(t, file, t.TempDir(), g.env)
+	awaitCommitted(t, g.brokers, g.out, 50, victim, other)
+	awaitGroupState(t, g, other, "the group of two never settled", func(state string, members int) bool {
+		return state == "Stable" && members == 2
+	})
+	joining := startGroupProcess(t, file, t.TempDir(), g.env)
+	state := awaitGroupState(t, g, joining, "the group never rebalanced", func(state string, _ int) bool {
+		return state == "PreparingRebalance" || state == "CompletingRebalance"
+	})
+	require.Equal(t, -1, victim.stop(t, syscall.SIGKILL), "SIGKILL")
+	t.Logf("killed while the group was %s", state)
+	g.produce(t, g.input[third:])
+	want := g.reference(t)
+	g.finish(t, want, "output of a group with a process killed during a rebalance vs the one-process run", other, joining)
+	t.Logf("a remaining process:\n%s", grepLines(other.stderr.String(), "group generation", "restored keyed state"))
+}
+
+// TestGroupKillDuringRestore: a process SIGKILLed mid-run is started
+// again with its state directory and SIGKILLed again while it restores
+// its key groups' state (a transaction left open on the changelog
+// partitions holds the restore, which waits for it to end); started a
+// third time, once that transaction is aborted, it restores from its
+// local copy and the changelogs, and the group's output is exactly the
+// one-process result.
+func TestGroupKillDuringRestore(t *testing.T) {
+	g := newGroupTest(t, "killrestore")
+	file, state := mustAbs(t, "testdata/group/window.yaml"), t.TempDir()
+	third := len(g.input) / 3
+	g.produce(t, g.input[:third])
+	other := startGroupProcess(t, file, t.TempDir(), g.env)
+	victim := startGroupProcess(t, file, state, g.env)
+	awaitCommitted(t, g.brokers, g.out, 50, other, victim)
+	awaitLog(t, victim, func(log string) bool { return strings.Contains(log, `"msg":"checkpoint complete"`) })
+
+	txn := beginChangelogTxn(t, g.brokers, g.env["GROUP_ID"]+"-per_key-changelog")
+	require.Equal(t, -1, victim.stop(t, syscall.SIGKILL), "SIGKILL")
+	restoring := startGroupProcess(t, file, state, g.env)
+	awaitLog(t, restoring, func(log string) bool {
+		return strings.Contains(log, `"msg":"restore waits for the transactions open on changelog partitions to end"`)
+	})
+	require.Equal(t, -1, restoring.stop(t, syscall.SIGKILL), "SIGKILL")
+	require.NotContains(t, restoring.stderr.String(), `"msg":"restored keyed state from the changelogs"`,
+		"the process was killed before its restore ended")
+	require.NoError(t, txn.AbortTxn())
+
+	g.produce(t, g.input[third:2*third])
+	again := startGroupProcess(t, file, state, g.env)
+	g.produce(t, g.input[2*third:])
+	want := g.reference(t)
+	g.finish(t, want, "output of a group with a process killed during its restore vs the one-process run", other, again)
+	t.Logf("the process started again:\n%s", grepLines(again.stderr.String(), "group generation", "restored keyed state"))
+}
+
+// beginChangelogTxn opens a transaction that holds a record in every
+// partition of topic and leaves it open: until it ends, the partitions'
+// last stable offset stays before that record, as a process that died
+// mid-transaction leaves it. Its records are never committed.
+func beginChangelogTxn(t *testing.T, brokers, topic string) sarama.SyncProducer {
+	t.Helper()
+	cfg := saramaConfig()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Transaction.ID = "open-" + topic
+	cfg.Producer.Transaction.Timeout = 5 * time.Minute
+	p, err := sarama.NewSyncProducer(strings.Split(brokers, ","), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	cl, err := sarama.NewClient(strings.Split(brokers, ","), saramaConfig())
+	require.NoError(t, err)
+	defer cl.Close()
+	parts, err := cl.Partitions(topic)
+	require.NoError(t, err)
+	require.NotEmpty(t, parts)
+	require.NoError(t, p.BeginTxn())
+	var msgs []*sarama.ProducerMessage
+	for _, part := range parts {
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: part, Key: sarama.StringEncoder("never committed")})
+	}
+	require.NoError(t, p.SendMessages(msgs))
+	return p
+}
+
+// awaitGroupState polls the group's coordinator until ok holds for the
+// group's state (Kafka's name of it) and its number of members, failing
+// the test if p ends first; it returns the state it saw.
+func awaitGroupState(t *testing.T, g *groupTest, p *groupProcess, what string, ok func(state string, members int) bool) string {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(strings.Split(g.brokers, ","), saramaConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	var state string
+	awaitProcess(t, p, what, func() bool {
+		groups, err := admin.DescribeConsumerGroups([]string{g.env["GROUP_ID"]})
+		require.NoError(t, err)
+		require.Len(t, groups, 1)
+		require.NoError(t, kafkaErr(groups[0].Err))
+		state = groups[0].State
+		return ok(state, len(groups[0].Members))
+	})
+	return state
 }
 
 // TestGroupZombie: a process paused (SIGSTOP) past its session timeout
