@@ -584,6 +584,32 @@ func awaitGroupState(t *testing.T, g *groupTest, p *groupProcess, what string, o
 	return state
 }
 
+// TestGroupIdlePartition: the whole input is in partition 0 of three,
+// so the source tasks of partitions 1 and 2 never read a record. They go
+// idle (watermark.idle_timeout) and send idle markers into the exchange,
+// so the windows after it fire on partition 0's watermark alone, with
+// one process and with two (the idle tasks then in another process than
+// the one with the records): the output is the one-process result.
+func TestGroupIdlePartition(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d processes", procs), func(t *testing.T) {
+			g := newGroupTest(t, fmt.Sprintf("idle%d", procs))
+			g.env["IDLE_TIMEOUT"] = "1s"
+			for _, m := range g.input {
+				m.Partition = 0
+			}
+			g.produce(t, g.input)
+			want := g.reference(t)
+			file := mustAbs(t, "testdata/group/window.yaml")
+			var ps []*groupProcess
+			for range procs {
+				ps = append(ps, startGroupProcess(t, file, t.TempDir(), g.env))
+			}
+			g.finish(t, want, "output of a group with two idle input partitions vs the one-process run", ps...)
+		})
+	}
+}
+
 // TestGroupZombie: a process paused (SIGSTOP) past its session timeout
 // while its windows are mid-way is dropped from the group; the other
 // takes its partitions over. Resumed (SIGCONT), the zombie's open

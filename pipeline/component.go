@@ -184,7 +184,7 @@ type ReadBatch struct {
 	// after these records, for a source without event_time whose input
 	// carries watermarks of its own (group mode's exchange reader, whose
 	// records keep the event time they were sent with): the task advances
-	// to it, or goes idle when Idle is set. Sources with event_time leave
+	// to it, then goes idle when Idle is set. Sources with event_time leave
 	// it unset: the runtime generates their watermarks.
 	Watermark    int64
 	HasWatermark bool

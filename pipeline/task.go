@@ -704,10 +704,12 @@ func (t *task) emitRead(rb *ReadBatch) error {
 		t.wmGen.split(rb.Split).done = true
 	}
 	if rb.HasWatermark && t.wmGen == nil {
+		if err := t.advance(rb.Watermark); err != nil {
+			return err
+		}
 		if rb.Idle {
 			return t.markIdle()
 		}
-		return t.advance(rb.Watermark)
 	}
 	return nil
 }
@@ -937,26 +939,40 @@ func (t *task) onControl(ctx context.Context, in *input, c *Control) (changed bo
 }
 
 // inputWatermark is the minimum watermark over the inputs that are not
-// idle; active is false when every input is idle.
+// idle; active is false when every input is idle, and wm then the highest
+// watermark of the open inputs.
 func (t *task) inputWatermark() (wm int64, active bool) {
-	wm = MaxWatermark
+	wm, highest := MaxWatermark, MinWatermark
 	for _, in := range t.inputs {
+		if in.closed {
+			continue
+		}
+		highest = max(highest, in.wm)
 		// An input that ended keeps its last watermark (+inf after a
 		// bounded input): it never goes idle.
-		if !in.closed && (in.ended || !in.idle) {
+		if in.ended || !in.idle {
 			wm, active = min(wm, in.wm), true
 		}
+	}
+	if !active {
+		return highest, false
 	}
 	return wm, active
 }
 
-// updateWatermark advances to the input watermark, or goes idle when every
-// open input is idle.
+// updateWatermark advances to the input watermark. When every open input
+// is idle, none holds the watermark back: it advances to the highest of
+// theirs, and the task goes idle. (An input that went idle right after
+// its last watermark, while another held the minimum, would otherwise
+// keep that watermark from ever counting.)
 func (t *task) updateWatermark() error {
 	wm, active := t.inputWatermark()
 	if !active {
 		if t.allEnded() {
 			return nil
+		}
+		if err := t.advance(wm); err != nil {
+			return err
 		}
 		return t.markIdle()
 	}

@@ -102,6 +102,46 @@ sinks:
 	})
 }
 
+// When every input of a task is idle, none holds the watermark back: it
+// advances to the highest of theirs. Here busy reaches 48 and goes idle
+// while quiet, which read nothing, holds the minimum; once quiet is idle
+// too, busy's 48 goes through (without that, it never would).
+func TestAllInputsIdleReleaseTheHighestWatermark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		plan, cols := load(t, `
+version: 1
+name: idle
+sources:
+  - id: busy
+    type: seq
+    count: 50
+    hold: true
+    event_time: n
+    watermark: {interval: 5ms, idle_timeout: 1s}
+  - id: quiet
+    type: seq
+    silent: true
+    event_time: n
+    watermark: {interval: 5ms, idle_timeout: 2s}
+steps:
+  - from: [busy, quiet]
+    wmlog: true
+sinks:
+  - id: out
+    type: collect
+`)
+		job := startJob(t, plan, pipeline.JobOptions{})
+		time.Sleep(2*time.Second - time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, watermarksOf(cols["out"].all()), "quiet holds the watermark back, busy being idle")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []int64{48}, watermarksOf(cols["out"].all()), "every input is idle: the highest watermark goes through")
+		job.Stop()
+		require.NoError(t, pipelinetest.WaitJob(t, job))
+	})
+}
+
 // A source that reads nothing holds the watermark back until its
 // idle_timeout passed, then no longer does.
 func TestIdleSourceDoesNotHoldTheWatermark(t *testing.T) {

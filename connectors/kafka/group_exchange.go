@@ -347,9 +347,12 @@ func (r *exchangeReader) Read(ctx context.Context, b *pipeline.ReadBatch) error 
 			r.wms.observe(p.index, int(mk.task), mk.wm, mk.idle)
 			wm, idle := r.wms.current()
 			switch {
-			case idle && !r.idle:
+			case idle && (!r.idle || wm > r.emitted):
+				// Every upstream task is idle: the watermark advances
+				// to the highest of theirs, and the reader goes idle.
 				r.idle = true
-				b.HasWatermark, b.Idle = true, true
+				r.emitted = max(r.emitted, wm)
+				b.Watermark, b.HasWatermark, b.Idle = r.emitted, true, true
 			case !idle && (wm > r.emitted || r.idle):
 				r.idle = false
 				r.emitted = max(r.emitted, wm)
@@ -467,11 +470,14 @@ func (w *watermarks) observe(p, task int, wm int64, idle bool) {
 // current is the minimum over the partitions of the minimum over the
 // upstream tasks that are not idle: MinWatermark until every task
 // reported in every partition. idle is true when every task is idle in
-// every partition.
+// every partition; wm is then the highest of their watermarks, which no
+// task holds back any more (an idle marker carries the watermark its task
+// reached before it went idle, which counts only so).
 func (w *watermarks) current() (wm int64, idle bool) {
-	wm, active := pipeline.MaxWatermark, false
+	wm, active, highest := pipeline.MaxWatermark, false, pipeline.MinWatermark
 	for p := range w.wm {
 		for task, t := range w.wm[p] {
+			highest = max(highest, t)
 			if w.idle[p][task] {
 				continue
 			}
@@ -480,7 +486,7 @@ func (w *watermarks) current() (wm int64, idle bool) {
 		}
 	}
 	if !active {
-		return pipeline.MinWatermark, len(w.wm) > 0
+		return highest, len(w.wm) > 0
 	}
 	return wm, false
 }

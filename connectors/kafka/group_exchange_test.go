@@ -52,14 +52,22 @@ func TestExchangeWatermarks(t *testing.T) {
 	require.Equal(t, int64(160), current())
 
 	all := newWatermarks(1, 2)
-	all.observe(0, 0, 10, true)
+	// Task 0 reached 30 and went idle before its marker went out (one
+	// marker says both), while task 1 had not reported: 30 never was the
+	// minimum of the tasks that are not idle.
+	all.observe(0, 0, 30, true)
+	wm, idle := all.current()
+	require.False(t, idle)
+	require.Equal(t, pipeline.MinWatermark, wm, "task 1 has not reported")
 	all.observe(0, 1, 20, true)
-	_, idle := all.current()
+	wm, idle = all.current()
 	require.True(t, idle, "every upstream task is idle: the reader is idle")
+	require.Equal(t, int64(30), wm, "and no task holds the watermark back: it is the highest of theirs")
 	// A task of another pipeline's numbering (out of range) is ignored.
 	all.observe(0, 7, 99, false)
-	_, idle = all.current()
+	wm, idle = all.current()
 	require.True(t, idle)
+	require.Equal(t, int64(30), wm)
 }
 
 // TestExchangeMarker: markers round-trip; a value of another size is an
