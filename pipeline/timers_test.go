@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -107,46 +108,24 @@ sinks:
 // while quiet, which read nothing, holds the minimum; once quiet is idle
 // too, busy's 48 goes through (without that, it never would).
 func TestAllInputsIdleReleaseTheHighestWatermark(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		plan, cols := load(t, `
-version: 1
-name: idle
-sources:
-  - id: busy
-    type: seq
-    count: 50
-    hold: true
-    event_time: n
-    watermark: {interval: 5ms, idle_timeout: 1s}
-  - id: quiet
-    type: seq
-    silent: true
-    event_time: n
-    watermark: {interval: 5ms, idle_timeout: 2s}
-steps:
-  - from: [busy, quiet]
-    wmlog: true
-sinks:
-  - id: out
-    type: collect
-`)
-		job := startJob(t, plan, pipeline.JobOptions{})
-		time.Sleep(2*time.Second - time.Millisecond)
-		synctest.Wait()
-		require.Empty(t, watermarksOf(cols["out"].all()), "quiet holds the watermark back, busy being idle")
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		require.Equal(t, []int64{48}, watermarksOf(cols["out"].all()), "every input is idle: the highest watermark goes through")
-		job.Stop()
-		require.NoError(t, pipelinetest.WaitJob(t, job))
-	})
+	requireIdleRelease(t, "1s", "2s", 2*time.Second,
+		"quiet holds the watermark back, busy being idle", "every input is idle: the highest watermark goes through")
 }
 
 // A source that reads nothing holds the watermark back until its
 // idle_timeout passed, then no longer does.
 func TestIdleSourceDoesNotHoldTheWatermark(t *testing.T) {
+	requireIdleRelease(t, "0s", "1s", time.Second,
+		"quiet holds the watermark back before its idle timeout", "quiet is idle: busy's watermark goes through")
+}
+
+// requireIdleRelease runs busy (n = 0..49 as event time, then nothing)
+// and quiet (no record) into one step, with the given watermark
+// idle_timeout of each, and requires the step to see no watermark before
+// releaseAt (held) and then busy's, 49 - 1 (released).
+func requireIdleRelease(t *testing.T, busyIdle, quietIdle string, releaseAt time.Duration, held, released string) {
 	synctest.Test(t, func(t *testing.T) {
-		plan, cols := load(t, `
+		plan, cols := load(t, fmt.Sprintf(`
 version: 1
 name: idle
 sources:
@@ -155,27 +134,26 @@ sources:
     count: 50
     hold: true
     event_time: n
-    watermark: {interval: 5ms}
+    watermark: {interval: 5ms, idle_timeout: %s}
   - id: quiet
     type: seq
     silent: true
     event_time: n
-    watermark: {interval: 5ms, idle_timeout: 1s}
+    watermark: {interval: 5ms, idle_timeout: %s}
 steps:
   - from: [busy, quiet]
     wmlog: true
 sinks:
   - id: out
     type: collect
-`)
+`, busyIdle, quietIdle))
 		job := startJob(t, plan, pipeline.JobOptions{})
-		time.Sleep(time.Second - time.Millisecond)
+		time.Sleep(releaseAt - time.Millisecond)
 		synctest.Wait()
-		require.Empty(t, watermarksOf(cols["out"].all()), "quiet holds the watermark back before its idle timeout")
+		require.Empty(t, watermarksOf(cols["out"].all()), held)
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		// busy read n = 0..49 (event time n): its watermark is 49 - 1.
-		require.Equal(t, []int64{48}, watermarksOf(cols["out"].all()), "quiet is idle: busy's watermark goes through")
+		require.Equal(t, []int64{48}, watermarksOf(cols["out"].all()), released)
 		job.Stop()
 		require.NoError(t, pipelinetest.WaitJob(t, job))
 	})
